@@ -1,0 +1,136 @@
+// The subset of the Ascend CANN aclnn / ACL C ABI that jax_aclnn uses,
+// declared by this project so that no CANN header is needed to build.
+//
+// Handles are opaque; every function is resolved at run time (dlsym) from an
+// aclnn provider: CANN's libopapi.so / libnnopbase.so on an Ascend NPU, or
+// the bundled host provider (libaclnn_host.so) on the CPU. The host provider
+// exports exactly these symbols with C linkage.
+#ifndef JAX_ACLNN_ACLNN_ABI_H_
+#define JAX_ACLNN_ACLNN_ABI_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct aclTensor aclTensor;
+typedef struct aclScalar aclScalar;
+typedef struct aclOpExecutor aclOpExecutor;
+typedef void* aclrtStream;
+typedef int32_t aclnnStatus;
+
+typedef enum {
+  ACL_DT_UNDEFINED = -1,
+  ACL_FLOAT = 0,
+  ACL_FLOAT16 = 1,
+  ACL_INT8 = 2,
+  ACL_INT32 = 3,
+  ACL_UINT8 = 4,
+  ACL_INT16 = 6,
+  ACL_UINT16 = 7,
+  ACL_UINT32 = 8,
+  ACL_INT64 = 9,
+  ACL_UINT64 = 10,
+  ACL_DOUBLE = 11,
+  ACL_BOOL = 12,
+  ACL_BF16 = 27,
+} aclDataType;
+
+typedef enum {
+  ACL_FORMAT_UNDEFINED = -1,
+  ACL_FORMAT_NCHW = 0,
+  ACL_FORMAT_NHWC = 1,
+  ACL_FORMAT_ND = 2,
+} aclFormat;
+
+// aclnnStatus codes (0 = success).
+enum {
+  ACLNN_SUCCESS = 0,
+  ACLNN_ERR_PARAM_NULLPTR = 161001,
+  ACLNN_ERR_PARAM_INVALID = 161002,
+  ACLNN_ERR_RUNTIME_ERROR = 361001,
+  ACLNN_ERR_INNER = 561000,
+  ACLNN_ERR_INNER_NULLPTR = 561103,
+};
+
+// X-macros over the ABI functions: X(return type, name, parameter list).
+// The loader builds its function table from them and the host provider's
+// definitions are checked against them, so the list lives in one place.
+// Required: descriptors, errors and the ten two-phase entry points.
+#define ACLNN_ABI_REQUIRED_FUNCTIONS(X)                                                 \
+  /* descriptors (nnopbase) */                                                 \
+  X(aclTensor*, aclCreateTensor,                                               \
+    (const int64_t* viewDims, uint64_t viewDimsNum, aclDataType dataType,      \
+     const int64_t* stride, int64_t offset, aclFormat format,                  \
+     const int64_t* storageDims, uint64_t storageDimsNum, void* tensorData))   \
+  X(aclnnStatus, aclDestroyTensor, (const aclTensor* tensor))                  \
+  X(aclScalar*, aclCreateScalar, (void* value, aclDataType dataType))          \
+  X(aclnnStatus, aclDestroyScalar, (const aclScalar* scalar))                  \
+  X(const char*, aclGetRecentErrMsg, (void))                                   \
+  /* the five operators, two phases each (opapi) */                            \
+  X(aclnnStatus, aclnnSmoothL1LossBackwardGetWorkspaceSize,                    \
+    (const aclTensor* gradOut, const aclTensor* self, const aclTensor* target, \
+     int64_t reduction, float beta, aclTensor* gradInput,                      \
+     uint64_t* workspaceSize, aclOpExecutor** executor))                       \
+  X(aclnnStatus, aclnnSmoothL1LossBackward,                                    \
+    (void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,         \
+     aclrtStream stream))                                                      \
+  X(aclnnStatus, aclnnLogitGradGetWorkspaceSize,                               \
+    (const aclTensor* x, const aclTensor* dy, double eps,                      \
+     const aclTensor* out, uint64_t* workspaceSize,                            \
+     aclOpExecutor** executor))                                                \
+  X(aclnnStatus, aclnnLogitGrad,                                               \
+    (void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,         \
+     aclrtStream stream))                                                      \
+  X(aclnnStatus, aclnnHardshrinkBackwardGetWorkspaceSize,                      \
+    (const aclTensor* gradOutput, const aclTensor* self,                       \
+     const aclScalar* lambd, aclTensor* gradInput, uint64_t* workspaceSize,    \
+     aclOpExecutor** executor))                                                \
+  X(aclnnStatus, aclnnHardshrinkBackward,                                      \
+    (void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,         \
+     aclrtStream stream))                                                      \
+  X(aclnnStatus, aclnnSwishBackwardGetWorkspaceSize,                           \
+    (const aclTensor* gradOutput, const aclTensor* self,                       \
+     const aclScalar* betaOptional, aclTensor* gradInput,                      \
+     uint64_t* workspaceSize, aclOpExecutor** executor))                       \
+  X(aclnnStatus, aclnnSwishBackward,                                           \
+    (void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,         \
+     aclrtStream stream))                                                      \
+  X(aclnnStatus, aclnnBatchNormReduceBackwardGetWorkspaceSize,                 \
+    (const aclTensor* gradOut, const aclTensor* input, const aclTensor* mean,  \
+     const aclTensor* invstd, const aclTensor* weight, const bool inputG,      \
+     const bool weightG, const bool biasG, aclTensor* sumDy,                   \
+     aclTensor* sumDyXmu, aclTensor* gradWeight, aclTensor* gradBias,          \
+     uint64_t* workspaceSize, aclOpExecutor** executor))                       \
+  X(aclnnStatus, aclnnBatchNormReduceBackward,                                 \
+    (void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,         \
+     aclrtStream stream))
+
+// Optional: making an executor repeatable and re-targeting it at new buffer
+// addresses. Without them every call runs both phases.
+#define ACLNN_ABI_EXECUTOR_REUSE_FUNCTIONS(X)                                  \
+  X(aclnnStatus, aclSetAclOpExecutorRepeatable, (aclOpExecutor * executor))    \
+  X(aclnnStatus, aclDestroyAclOpExecutor, (aclOpExecutor * executor))          \
+  X(aclnnStatus, aclSetInputTensorAddr,                                        \
+    (aclOpExecutor * executor, const size_t index, aclTensor* tensor,          \
+     void* addr))                                                              \
+  X(aclnnStatus, aclSetOutputTensorAddr,                                       \
+    (aclOpExecutor * executor, const size_t index, aclTensor* tensor,          \
+     void* addr))
+
+#define ACLNN_ABI_FUNCTIONS(X)  \
+  ACLNN_ABI_REQUIRED_FUNCTIONS(X) \
+  ACLNN_ABI_EXECUTOR_REUSE_FUNCTIONS(X)
+
+#define ACLNN_DECLARE_FUNCTION(ret, name, params) \
+  __attribute__((visibility("default"))) ret name params;
+ACLNN_ABI_FUNCTIONS(ACLNN_DECLARE_FUNCTION)
+#undef ACLNN_DECLARE_FUNCTION
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif
+
+#endif  // JAX_ACLNN_ACLNN_ABI_H_

@@ -1,0 +1,544 @@
+// XLA FFI handlers: one code path from an XLA buffer to an aclnn call.
+//
+// Every call: describe each buffer as an aclTensor (attributes as aclScalar
+// where the ABI wants one), aclnnXxxGetWorkspaceSize, workspace from XLA's
+// scratch allocator, aclnnXxx on the platform's stream, destroy the
+// descriptors. A call site (FFI state made at instantiation) keeps a
+// repeatable executor instead when the provider supports it, re-targeted at
+// each step's buffers, so steady-state steps run the execute phase only.
+#include "ffi/handlers.h"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "aclnn_abi.h"
+#include "ffi/provider.h"
+#include "ffi/stats.h"
+#include "host_stream.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace jax_aclnn {
+
+const char* const kAclnnOpNames[kNumOps] = {
+    "aclnnSmoothL1LossBackward", "aclnnLogitGrad", "aclnnHardshrinkBackward",
+    "aclnnSwishBackward", "aclnnBatchNormReduceBackward"};
+
+RuntimeStats& Stats() {
+  static RuntimeStats stats;
+  return stats;
+}
+
+namespace {
+
+// The single dtype dispatch: FFI element type -> aclDataType.
+ffi::ErrorOr<aclDataType> ToAclDataType(ffi::DataType t) {
+  switch (t) {
+    case ffi::DataType::F32: return ACL_FLOAT;
+    case ffi::DataType::F16: return ACL_FLOAT16;
+    case ffi::DataType::BF16: return ACL_BF16;
+    default:
+      return ffi::Unexpected(ffi::Error::InvalidArgument(
+          "jax_aclnn: unsupported element type " + std::to_string(static_cast<int>(t)) +
+          "; supported are float32, float16 and bfloat16"));
+  }
+}
+
+const char* StatusName(aclnnStatus status) {
+  switch (status) {
+    case ACLNN_SUCCESS: return "ACLNN_SUCCESS";
+    case ACLNN_ERR_PARAM_NULLPTR: return "ACLNN_ERR_PARAM_NULLPTR";
+    case ACLNN_ERR_PARAM_INVALID: return "ACLNN_ERR_PARAM_INVALID";
+    case ACLNN_ERR_RUNTIME_ERROR: return "ACLNN_ERR_RUNTIME_ERROR";
+    case ACLNN_ERR_INNER: return "ACLNN_ERR_INNER";
+    case ACLNN_ERR_INNER_NULLPTR: return "ACLNN_ERR_INNER_NULLPTR";
+    default: return "unknown aclnnStatus";
+  }
+}
+
+// A non-zero aclnnStatus as an ffi::Error naming the call, the status and
+// the provider's last-error message.
+ffi::Error StatusError(const AclnnApi& api, const std::string& call, aclnnStatus status) {
+  const char* msg = api.aclGetRecentErrMsg ? api.aclGetRecentErrMsg() : nullptr;
+  return ffi::Error(ffi::ErrorCode::kInternal,
+                    call + " failed: aclnnStatus " + std::to_string(status) + " (" +
+                        StatusName(status) + "): " + (msg && *msg ? msg : "no message"));
+}
+
+// aclTensor / aclScalar descriptors of one call, destroyed together.
+class Descriptors {
+ public:
+  Descriptors() = default;
+  Descriptors(const Descriptors&) = delete;
+  Descriptors& operator=(const Descriptors&) = delete;
+  ~Descriptors() { Reset(); }
+
+  void Reset() {
+    for (int i = 0; i < num_tensors_; ++i) api_->aclDestroyTensor(tensors_[i]);
+    for (int i = 0; i < num_scalars_; ++i) api_->aclDestroyScalar(scalars_[i]);
+    Count(Stats().live_tensors, -(num_tensors_ + num_scalars_));
+    num_tensors_ = num_scalars_ = 0;
+  }
+
+  void SetApi(const AclnnApi* api) { api_ = api; }
+
+  // A contiguous ND descriptor of `buffer` (null buffer: null descriptor).
+  ffi::ErrorOr<aclTensor*> Tensor(const ffi::AnyBuffer* buffer) {
+    if (buffer == nullptr) return static_cast<aclTensor*>(nullptr);
+    ffi::ErrorOr<aclDataType> dtype = ToAclDataType(buffer->element_type());
+    if (dtype.has_error()) return ffi::Unexpected(dtype.error());
+    auto dims = buffer->dimensions();
+    std::array<int64_t, 8> strides{};
+    if (dims.size() > strides.size())
+      return ffi::Unexpected(ffi::Error::InvalidArgument("jax_aclnn: rank above 8"));
+    int64_t stride = 1;
+    for (int d = static_cast<int>(dims.size()) - 1; d >= 0; --d) {
+      strides[d] = stride;
+      stride *= dims[d];
+    }
+    aclTensor* t = api_->aclCreateTensor(dims.begin(), dims.size(), *dtype, strides.data(), 0,
+                                         ACL_FORMAT_ND, dims.begin(), dims.size(),
+                                         buffer->untyped_data());
+    if (t == nullptr)
+      return ffi::Unexpected(StatusError(*api_, "aclCreateTensor", ACLNN_ERR_INNER_NULLPTR));
+    tensors_[num_tensors_++] = t;
+    Count(Stats().live_tensors);
+    return t;
+  }
+
+  ffi::ErrorOr<aclScalar*> Scalar(float value) {
+    aclScalar* s = api_->aclCreateScalar(&value, ACL_FLOAT);
+    if (s == nullptr)
+      return ffi::Unexpected(StatusError(*api_, "aclCreateScalar", ACLNN_ERR_INNER_NULLPTR));
+    scalars_[num_scalars_++] = s;
+    Count(Stats().live_tensors);
+    return s;
+  }
+
+ private:
+  const AclnnApi* api_ = nullptr;
+  aclTensor* tensors_[10];
+  aclScalar* scalars_[2];
+  int num_tensors_ = 0, num_scalars_ = 0;
+};
+
+constexpr int kMaxInputs = 5, kMaxOutputs = 4;
+
+// Per call site: a repeatable executor with its descriptors.
+struct CallState {
+  static ffi::TypeId id;
+  Descriptors descriptors;
+  const AclnnApi* api = nullptr;  // provider that made `executor`
+  aclOpExecutor* executor = nullptr;
+  aclTensor* inputs[kMaxInputs] = {};
+  aclTensor* outputs[kMaxOutputs] = {};
+  uint64_t workspace_size = 0;
+  bool refused = false;            // the provider refused repeatability
+  std::atomic<bool> busy{false};   // a concurrent call falls back to one-shot
+
+  ~CallState() {
+    if (executor != nullptr) {
+      api->aclDestroyAclOpExecutor(executor);
+      Count(Stats().live_executors, -1);
+    }
+  }
+};
+ffi::TypeId CallState::id = {};
+
+// The buffers of one call, in the aclnn signature's order; null = absent.
+template <int kIn, int kOut>
+struct Buffers {
+  std::array<const ffi::AnyBuffer*, kIn> in;
+  std::array<ffi::AnyBuffer*, kOut> out;
+};
+
+// Descriptors for all buffers, then the first phase.
+template <typename Op>
+ffi::Error GetWorkspaceSize(const Op& op, const AclnnApi& api, Descriptors& d,
+                            const Buffers<Op::kNumInputs, Op::kNumOutputs>& b,
+                            aclTensor** in, aclTensor** out, uint64_t* workspace_size,
+                            aclOpExecutor** executor) {
+  d.SetApi(&api);
+  for (int i = 0; i < Op::kNumInputs; ++i) {
+    auto t = d.Tensor(b.in[i]);
+    if (t.has_error()) return t.error();
+    in[i] = *t;
+  }
+  for (int i = 0; i < Op::kNumOutputs; ++i) {
+    auto t = d.Tensor(b.out[i]);
+    if (t.has_error()) return t.error();
+    out[i] = *t;
+  }
+  Count(Stats().calls[Op::kId].get_workspace_size);
+  aclnnStatus st = op.GetWorkspaceSize(api, d, in, out, workspace_size, executor);
+  if (st != ACLNN_SUCCESS)
+    return StatusError(api, std::string(kAclnnOpNames[Op::kId]) + "GetWorkspaceSize", st);
+  Count(Stats().live_executors);
+  return ffi::Error::Success();
+}
+
+// The second phase; a one-shot executor is consumed by it.
+template <typename Op>
+ffi::Error Execute(const AclnnApi& api, aclOpExecutor* executor, uint64_t workspace_size,
+                   bool consumed, aclrtStream stream, ffi::ScratchAllocator& scratch) {
+  void* workspace = nullptr;
+  if (workspace_size > 0) {
+    std::optional<void*> ws = scratch.Allocate(workspace_size, 64);
+    if (!ws.has_value()) {
+      if (consumed && api.supports_executor_reuse) {  // release the unexecuted executor
+        api.aclSetAclOpExecutorRepeatable(executor);
+        api.aclDestroyAclOpExecutor(executor);
+        Count(Stats().live_executors, -1);
+      }
+      return ffi::Error(ffi::ErrorCode::kResourceExhausted,
+                        std::string(kAclnnOpNames[Op::kId]) + ": cannot allocate a workspace of " +
+                            std::to_string(workspace_size) + " bytes");
+    }
+    workspace = *ws;
+  }
+  Count(Stats().calls[Op::kId].execute);
+  aclnnStatus st = (api.*Op::kExecute)(workspace, workspace_size, executor, stream);
+  if (consumed) Count(Stats().live_executors, -1);
+  if (st != ACLNN_SUCCESS) return StatusError(api, kAclnnOpNames[Op::kId], st);
+  return ffi::Error::Success();
+}
+
+template <typename Op>
+ffi::Error RunOneShot(const Op& op, const AclnnApi& api, aclrtStream stream,
+                      ffi::ScratchAllocator& scratch,
+                      const Buffers<Op::kNumInputs, Op::kNumOutputs>& b) {
+  Descriptors d;
+  aclTensor* in[kMaxInputs];
+  aclTensor* out[kMaxOutputs];
+  uint64_t ws = 0;
+  aclOpExecutor* ex = nullptr;
+  if (ffi::Error e = GetWorkspaceSize(op, api, d, b, in, out, &ws, &ex); e.failure()) return e;
+  return Execute<Op>(api, ex, ws, /*consumed=*/true, stream, scratch);
+}
+
+// Uses (or first creates) the call site's repeatable executor.
+template <typename Op>
+ffi::Error RunCached(const Op& op, const AclnnApi& api, aclrtStream stream,
+                     ffi::ScratchAllocator& scratch, CallState& s,
+                     const Buffers<Op::kNumInputs, Op::kNumOutputs>& b) {
+  if (s.executor == nullptr) {
+    aclOpExecutor* ex = nullptr;
+    if (ffi::Error e = GetWorkspaceSize(op, api, s.descriptors, b, s.inputs, s.outputs,
+                                        &s.workspace_size, &ex);
+        e.failure())
+      return e;
+    if (api.aclSetAclOpExecutorRepeatable(ex) != ACLNN_SUCCESS) {
+      s.refused = true;
+      ffi::Error e = Execute<Op>(api, ex, s.workspace_size, /*consumed=*/true, stream, scratch);
+      s.descriptors.Reset();
+      return e;
+    }
+    s.api = &api;
+    s.executor = ex;
+  } else {
+    for (int i = 0; i < Op::kNumInputs; ++i) {
+      if (b.in[i] == nullptr) continue;
+      void* addr = const_cast<void*>(b.in[i]->untyped_data());
+      if (aclnnStatus st = api.aclSetInputTensorAddr(s.executor, i, s.inputs[i], addr))
+        return StatusError(api, "aclSetInputTensorAddr", st);
+    }
+    for (int i = 0; i < Op::kNumOutputs; ++i) {
+      if (b.out[i] == nullptr) continue;
+      if (aclnnStatus st =
+              api.aclSetOutputTensorAddr(s.executor, i, s.outputs[i], b.out[i]->untyped_data()))
+        return StatusError(api, "aclSetOutputTensorAddr", st);
+    }
+  }
+  return Execute<Op>(api, s.executor, s.workspace_size, /*consumed=*/false, stream, scratch);
+}
+
+template <typename Op>
+ffi::Error Run(const Op& op, const AclnnApi& api, aclrtStream stream,
+               ffi::ScratchAllocator& scratch, CallState* state,
+               const Buffers<Op::kNumInputs, Op::kNumOutputs>& b) {
+  const bool reusable = state != nullptr && api.supports_executor_reuse && !state->refused &&
+                        (state->api == nullptr || state->api == &api);
+  if (!reusable || state->busy.exchange(true, std::memory_order_acquire))
+    return RunOneShot(op, api, stream, scratch, b);
+  ffi::Error e = RunCached(op, api, stream, scratch, *state, b);
+  state->busy.store(false, std::memory_order_release);
+  return e;
+}
+
+// ParallelFor of the host stream on XLA's intra-op thread pool: the calling
+// thread works too, and helpers that start late find nothing left to do.
+void PoolParallelFor(void* pool, int64_t num_tasks, void (*fn)(void*, int64_t), void* arg) {
+  struct Shared {
+    std::atomic<int64_t> next{0}, done{0};
+    int64_t num_tasks;
+    void (*fn)(void*, int64_t);
+    void* arg;
+  };
+  auto shared = std::make_shared<Shared>();
+  shared->num_tasks = num_tasks;
+  shared->fn = fn;
+  shared->arg = arg;
+  auto work = [](Shared& s) {
+    for (int64_t t; (t = s.next.fetch_add(1, std::memory_order_relaxed)) < s.num_tasks;) {
+      s.fn(s.arg, t);
+      s.done.fetch_add(1, std::memory_order_release);
+    }
+  };
+  auto* tp = static_cast<ffi::ThreadPool*>(pool);
+  const int64_t helpers = std::min<int64_t>(tp->num_threads(), num_tasks) - 1;
+  for (int64_t h = 0; h < helpers; ++h) tp->Schedule([shared, work] { work(*shared); });
+  work(*shared);
+  while (shared->done.load(std::memory_order_acquire) < num_tasks) std::this_thread::yield();
+}
+
+// Platform entry: the CPU runs the host provider with XLA's thread pool as
+// its stream; the NPU runs CANN on the PJRT platform stream.
+template <typename Op>
+ffi::Error Dispatch(ffi::ThreadPool pool, ffi::ScratchAllocator& scratch, CallState* state,
+                    const Op& op, const Buffers<Op::kNumInputs, Op::kNumOutputs>& b) {
+  const Provider& p = CpuProvider();
+  if (p.api == nullptr)
+    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                      "jax_aclnn: the host aclnn provider is not loaded");
+  JaxAclnnHostStream stream{JAX_ACLNN_HOST_STREAM_MAGIC,
+                            std::max<int64_t>(1, pool.num_threads()), &pool, &PoolParallelFor};
+  return Run(op, *p.api, &stream, scratch, state, b);
+}
+
+template <typename Op>
+ffi::Error Dispatch(void* npu_stream, ffi::ScratchAllocator& scratch, CallState* state,
+                    const Op& op, const Buffers<Op::kNumInputs, Op::kNumOutputs>& b) {
+  std::string error;
+  const Provider* p = NpuProvider(&error);
+  if (p == nullptr) return ffi::Error(ffi::ErrorCode::kFailedPrecondition, error);
+  return Run(op, *p->api, npu_stream, scratch, state, b);
+}
+
+// ----- the five operators: argument order of the aclnn signatures -----
+
+struct SmoothL1LossBackwardOp {
+  static constexpr OpId kId = kSmoothL1LossBackward;
+  static constexpr int kNumInputs = 3, kNumOutputs = 1;  // gradOut, self, target -> gradInput
+  static constexpr auto kExecute = &AclnnApi::aclnnSmoothL1LossBackward;
+  int64_t reduction;
+  float beta;
+  aclnnStatus GetWorkspaceSize(const AclnnApi& api, Descriptors&, aclTensor** in,
+                               aclTensor** out, uint64_t* ws, aclOpExecutor** ex) const {
+    return api.aclnnSmoothL1LossBackwardGetWorkspaceSize(in[0], in[1], in[2], reduction, beta,
+                                                         out[0], ws, ex);
+  }
+};
+
+struct LogitGradOp {
+  static constexpr OpId kId = kLogitGrad;
+  static constexpr int kNumInputs = 2, kNumOutputs = 1;  // x, dy -> out
+  static constexpr auto kExecute = &AclnnApi::aclnnLogitGrad;
+  double eps;
+  aclnnStatus GetWorkspaceSize(const AclnnApi& api, Descriptors&, aclTensor** in,
+                               aclTensor** out, uint64_t* ws, aclOpExecutor** ex) const {
+    return api.aclnnLogitGradGetWorkspaceSize(in[0], in[1], eps, out[0], ws, ex);
+  }
+};
+
+struct HardshrinkBackwardOp {
+  static constexpr OpId kId = kHardshrinkBackward;
+  static constexpr int kNumInputs = 2, kNumOutputs = 1;  // gradOutput, self -> gradInput
+  static constexpr auto kExecute = &AclnnApi::aclnnHardshrinkBackward;
+  float lambd;
+  aclnnStatus GetWorkspaceSize(const AclnnApi& api, Descriptors& d, aclTensor** in,
+                               aclTensor** out, uint64_t* ws, aclOpExecutor** ex) const {
+    auto scalar = d.Scalar(lambd);
+    if (scalar.has_error()) return ACLNN_ERR_INNER_NULLPTR;
+    return api.aclnnHardshrinkBackwardGetWorkspaceSize(in[0], in[1], *scalar, out[0], ws, ex);
+  }
+};
+
+struct SwishBackwardOp {
+  static constexpr OpId kId = kSwishBackward;
+  static constexpr int kNumInputs = 2, kNumOutputs = 1;  // gradOutput, self -> gradInput
+  static constexpr auto kExecute = &AclnnApi::aclnnSwishBackward;
+  bool has_beta;
+  float beta;
+  aclnnStatus GetWorkspaceSize(const AclnnApi& api, Descriptors& d, aclTensor** in,
+                               aclTensor** out, uint64_t* ws, aclOpExecutor** ex) const {
+    aclScalar* beta_scalar = nullptr;  // betaOptional: null means 1.0
+    if (has_beta) {
+      auto scalar = d.Scalar(beta);
+      if (scalar.has_error()) return ACLNN_ERR_INNER_NULLPTR;
+      beta_scalar = *scalar;
+    }
+    return api.aclnnSwishBackwardGetWorkspaceSize(in[0], in[1], beta_scalar, out[0], ws, ex);
+  }
+};
+
+struct BatchNormReduceBackwardOp {
+  static constexpr OpId kId = kBatchNormReduceBackward;
+  // gradOut, input, mean, invstd, weight -> sumDy, sumDyXmu, gradWeight, gradBias
+  static constexpr int kNumInputs = 5, kNumOutputs = 4;
+  static constexpr auto kExecute = &AclnnApi::aclnnBatchNormReduceBackward;
+  bool input_g, weight_g, bias_g;
+  aclnnStatus GetWorkspaceSize(const AclnnApi& api, Descriptors&, aclTensor** in,
+                               aclTensor** out, uint64_t* ws, aclOpExecutor** ex) const {
+    return api.aclnnBatchNormReduceBackwardGetWorkspaceSize(
+        in[0], in[1], in[2], in[3], in[4], input_g, weight_g, bias_g, out[0], out[1], out[2],
+        out[3], ws, ex);
+  }
+};
+
+// ----- bindings: the same attributes and buffers on both platforms -----
+
+template <typename StreamCtx>
+auto Bind() {
+  return ffi::Ffi::Bind()
+      .template Ctx<StreamCtx>()
+      .template Ctx<ffi::ScratchAllocator>()
+      .template Ctx<ffi::State<CallState>>();
+}
+
+template <typename Stream>
+ffi::Error SmoothL1LossBackwardImpl(Stream stream, ffi::ScratchAllocator scratch,
+                                    CallState* state, ffi::AnyBuffer grad_out,
+                                    ffi::AnyBuffer input, ffi::AnyBuffer target,
+                                    ffi::Result<ffi::AnyBuffer> grad_input, int64_t reduction,
+                                    float beta) {
+  return Dispatch(stream, scratch, state, SmoothL1LossBackwardOp{reduction, beta},
+                  {{&grad_out, &input, &target}, {&*grad_input}});
+}
+template <typename StreamCtx>
+auto SmoothL1LossBackwardBinding() {
+  return Bind<StreamCtx>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Attr<int64_t>("reduction")
+      .template Attr<float>("beta");
+}
+
+template <typename Stream>
+ffi::Error LogitGradImpl(Stream stream, ffi::ScratchAllocator scratch, CallState* state,
+                         ffi::AnyBuffer x, ffi::AnyBuffer dy, ffi::Result<ffi::AnyBuffer> dx,
+                         double eps) {
+  return Dispatch(stream, scratch, state, LogitGradOp{eps}, {{&x, &dy}, {&*dx}});
+}
+template <typename StreamCtx>
+auto LogitGradBinding() {
+  return Bind<StreamCtx>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Attr<double>("eps");
+}
+
+template <typename Stream>
+ffi::Error HardshrinkBackwardImpl(Stream stream, ffi::ScratchAllocator scratch,
+                                  CallState* state, ffi::AnyBuffer grad_output,
+                                  ffi::AnyBuffer input, ffi::Result<ffi::AnyBuffer> grad_input,
+                                  float lambd) {
+  return Dispatch(stream, scratch, state, HardshrinkBackwardOp{lambd},
+                  {{&grad_output, &input}, {&*grad_input}});
+}
+template <typename StreamCtx>
+auto HardshrinkBackwardBinding() {
+  return Bind<StreamCtx>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Attr<float>("lambd");
+}
+
+template <typename Stream>
+ffi::Error SwishBackwardImpl(Stream stream, ffi::ScratchAllocator scratch, CallState* state,
+                             ffi::AnyBuffer grad_output, ffi::AnyBuffer input,
+                             ffi::Result<ffi::AnyBuffer> grad_input, bool has_beta, float beta) {
+  return Dispatch(stream, scratch, state, SwishBackwardOp{has_beta, beta},
+                  {{&grad_output, &input}, {&*grad_input}});
+}
+template <typename StreamCtx>
+auto SwishBackwardBinding() {
+  return Bind<StreamCtx>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Attr<bool>("has_beta")
+      .template Attr<float>("beta");
+}
+
+template <typename Stream>
+ffi::Error BatchNormReduceBackwardImpl(
+    Stream stream, ffi::ScratchAllocator scratch, CallState* state, ffi::AnyBuffer grad_out,
+    ffi::AnyBuffer input, ffi::AnyBuffer mean, ffi::AnyBuffer invstd, ffi::AnyBuffer weight,
+    ffi::Result<ffi::AnyBuffer> sum_dy, ffi::Result<ffi::AnyBuffer> sum_dy_xmu,
+    ffi::Result<ffi::AnyBuffer> grad_weight, ffi::Result<ffi::AnyBuffer> grad_bias,
+    bool has_weight, bool input_g, bool weight_g, bool bias_g) {
+  // Masked outputs (and an absent weight) are zero-sized placeholders in the
+  // custom call and null pointers for aclnn.
+  return Dispatch(stream, scratch, state, BatchNormReduceBackwardOp{input_g, weight_g, bias_g},
+                  {{&grad_out, &input, &mean, &invstd, has_weight ? &weight : nullptr},
+                   {input_g ? &*sum_dy : nullptr, input_g ? &*sum_dy_xmu : nullptr,
+                    weight_g ? &*grad_weight : nullptr, bias_g ? &*grad_bias : nullptr}});
+}
+template <typename StreamCtx>
+auto BatchNormReduceBackwardBinding() {
+  return Bind<StreamCtx>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Attr<bool>("has_weight")
+      .template Attr<bool>("input_g")
+      .template Attr<bool>("weight_g")
+      .template Attr<bool>("bias_g");
+}
+
+ffi::ErrorOr<std::unique_ptr<CallState>> InstantiateCallState() {
+  return std::make_unique<CallState>();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER(kInstantiate, InstantiateCallState, ffi::Ffi::BindInstantiate());
+
+#define JAX_ACLNN_DEFINE_HANDLERS(Name)                                                \
+  XLA_FFI_DEFINE_HANDLER(k##Name##Cpu, Name##Impl<ffi::ThreadPool>,                   \
+                         Name##Binding<ffi::ThreadPool>());                            \
+  XLA_FFI_DEFINE_HANDLER(k##Name##Npu, Name##Impl<void*>,                              \
+                         Name##Binding<ffi::PlatformStream<void*>>());
+JAX_ACLNN_DEFINE_HANDLERS(SmoothL1LossBackward)
+JAX_ACLNN_DEFINE_HANDLERS(LogitGrad)
+JAX_ACLNN_DEFINE_HANDLERS(HardshrinkBackward)
+JAX_ACLNN_DEFINE_HANDLERS(SwishBackward)
+JAX_ACLNN_DEFINE_HANDLERS(BatchNormReduceBackward)
+#undef JAX_ACLNN_DEFINE_HANDLERS
+
+const HandlerSet kHandlerSets[] = {
+    {"aclnn_smooth_l1_loss_backward", kInstantiate, kSmoothL1LossBackwardCpu,
+     kSmoothL1LossBackwardNpu},
+    {"aclnn_logit_grad", kInstantiate, kLogitGradCpu, kLogitGradNpu},
+    {"aclnn_hardshrink_backward", kInstantiate, kHardshrinkBackwardCpu,
+     kHardshrinkBackwardNpu},
+    {"aclnn_swish_backward", kInstantiate, kSwishBackwardCpu, kSwishBackwardNpu},
+    {"aclnn_batch_norm_reduce_backward", kInstantiate, kBatchNormReduceBackwardCpu,
+     kBatchNormReduceBackwardNpu},
+};
+const int kNumHandlerSets = sizeof(kHandlerSets) / sizeof(kHandlerSets[0]);
+
+XLA_FFI_TypeId* CallStateTypeId() { return &CallState::id; }
+
+const XLA_FFI_TypeInfo* CallStateTypeInfo() {
+  static const XLA_FFI_TypeInfo info = ffi::MakeTypeInfo<CallState>();
+  return &info;
+}
+
+}  // namespace jax_aclnn

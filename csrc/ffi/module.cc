@@ -1,0 +1,103 @@
+// nanobind module jax_aclnn._aclnn_ffi: FFI handler capsules for
+// registration, provider loading and runtime statistics.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <stdexcept>
+#include <type_traits>
+
+#include "ffi/handlers.h"
+#include "ffi/provider.h"
+#include "ffi/stats.h"
+
+namespace nb = nanobind;
+
+namespace jax_aclnn {
+namespace {
+
+template <typename T>
+nb::capsule EncapsulateFfiHandler(T* fn) {
+  static_assert(std::is_invocable_r_v<XLA_FFI_Error*, T, XLA_FFI_CallFrame*>,
+                "Encapsulated function must be an XLA FFI handler");
+  return nb::capsule(reinterpret_cast<void*>(fn));
+}
+
+nb::dict StageCapsules(XLA_FFI_Handler* instantiate, XLA_FFI_Handler* execute) {
+  nb::dict d;
+  d["instantiate"] = EncapsulateFfiHandler(instantiate);
+  d["execute"] = EncapsulateFfiHandler(execute);
+  return d;
+}
+
+}  // namespace
+
+NB_MODULE(_aclnn_ffi, m) {
+  m.doc() = "XLA FFI handlers of jax_aclnn and the aclnn provider loader.";
+
+  m.def(
+      "registrations",
+      [] {
+        nb::dict targets;
+        for (int i = 0; i < kNumHandlerSets; ++i) {
+          const HandlerSet& h = kHandlerSets[i];
+          nb::dict platforms;
+          platforms["cpu"] = StageCapsules(h.instantiate, h.cpu_execute);
+          platforms["npu"] = StageCapsules(h.instantiate, h.npu_execute);
+          targets[h.target] = platforms;
+        }
+        return targets;
+      },
+      "{target: {platform: {stage: capsule}}} for jax.ffi.register_ffi_target.");
+
+  m.def(
+      "state_type",
+      [] {
+        nb::dict d;
+        d["type_id"] = nb::capsule(reinterpret_cast<void*>(CallStateTypeId()));
+        d["type_info"] =
+            nb::capsule(const_cast<void*>(static_cast<const void*>(CallStateTypeInfo())));
+        return d;
+      },
+      "The FFI type registration of the per-call-site executor cache.");
+
+  m.def(
+      "load_host_provider",
+      [](const std::string& path) {
+        if (auto error = LoadHostProvider(path)) throw std::runtime_error(*error);
+      },
+      nb::arg("path"), "Loads the bundled host aclnn provider library.");
+
+  m.def("load_cann", &LoadCann, nb::arg("root") = nb::none(),
+        "Finds and loads CANN's aclnn libraries; returns the library directory.");
+  m.def("default_cann_roots", &DefaultCannRoots);
+  m.def("route_cpu_through_cann", &RouteCpuThroughCann, nb::arg("enable"),
+        "Testing: serve the CPU platform with the provider loaded by load_cann.");
+  m.def("cpu_provider", [] { return CpuProvider().origin; });
+
+  m.def("stats", [] {
+    RuntimeStats& s = Stats();
+    nb::dict calls;
+    for (int i = 0; i < kNumOps; ++i) {
+      nb::dict c;
+      c["get_workspace_size"] = s.calls[i].get_workspace_size.load();
+      c["execute"] = s.calls[i].execute.load();
+      calls[kAclnnOpNames[i]] = c;
+    }
+    nb::dict d;
+    d["calls"] = calls;
+    d["live_tensors"] = s.live_tensors.load();
+    d["live_executors"] = s.live_executors.load();
+    return d;
+  });
+
+  m.def("reset_stats", [] {
+    for (OpCounters& c : Stats().calls) {
+      c.get_workspace_size.store(0);
+      c.execute.store(0);
+    }
+  });
+}
+
+}  // namespace jax_aclnn

@@ -1,0 +1,137 @@
+#include "ffi/provider.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <stdexcept>
+
+namespace jax_aclnn {
+namespace {
+
+// The CANN libraries that together export the ABI: the operators (opapi),
+// descriptors and executors (nnopbase), and the runtime (ascendcl).
+const char* const kCannLibraries[] = {"libascendcl.so", "libnnopbase.so", "libopapi.so"};
+const char* const kCannStandardRoot = "/usr/local/Ascend/ascend-toolkit/latest";
+
+std::mutex load_mutex;
+// Written once under load_mutex, then published through the atomics.
+Provider host_provider, cann_provider;
+AclnnApi host_api, cann_api;
+std::atomic<const Provider*> host_loaded{nullptr}, cann_loaded{nullptr};
+std::atomic<bool> route_cpu_through_cann{false};
+
+// Resolves every ABI symbol from the first handle that has it. Returns the
+// name of a missing required symbol, or an empty string.
+std::string Resolve(const std::vector<void*>& handles, AclnnApi* api) {
+  auto lookup = [&](const char* name) -> void* {
+    for (void* h : handles)
+      if (void* p = dlsym(h, name)) return p;
+    return nullptr;
+  };
+#define JAX_ACLNN_RESOLVE(ret, name, params) \
+  api->name = reinterpret_cast<ret(*) params>(lookup(#name));
+  ACLNN_ABI_FUNCTIONS(JAX_ACLNN_RESOLVE)
+#undef JAX_ACLNN_RESOLVE
+  api->supports_executor_reuse = true;
+#define JAX_ACLNN_OPTIONAL(ret, name, params) \
+  api->supports_executor_reuse = api->supports_executor_reuse && api->name != nullptr;
+  ACLNN_ABI_EXECUTOR_REUSE_FUNCTIONS(JAX_ACLNN_OPTIONAL)
+#undef JAX_ACLNN_OPTIONAL
+#define JAX_ACLNN_REQUIRE(ret, name, params) \
+  if (api->name == nullptr) return #name;
+  ACLNN_ABI_REQUIRED_FUNCTIONS(JAX_ACLNN_REQUIRE)
+#undef JAX_ACLNN_REQUIRE
+  return "";
+}
+
+bool IsFile(const std::string& path) { return access(path.c_str(), R_OK) == 0; }
+
+}  // namespace
+
+std::optional<std::string> LoadHostProvider(const std::string& path) {
+  std::lock_guard<std::mutex> lock(load_mutex);
+  if (host_loaded.load()) return std::nullopt;
+  if (path.empty() || path[0] != '/') return "the host provider path must be absolute: " + path;
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) return std::string("cannot load the host provider: ") + dlerror();
+  std::string missing = Resolve({handle}, &host_api);
+  if (!missing.empty()) return path + " does not export " + missing;
+  host_provider.api = &host_api;
+  host_provider.origin = "host:" + path;
+  host_loaded.store(&host_provider);
+  return std::nullopt;
+}
+
+std::vector<std::string> DefaultCannRoots() {
+  std::vector<std::string> roots;
+  if (const char* env = std::getenv("ASCEND_HOME_PATH"); env != nullptr && env[0] != '\0')
+    roots.emplace_back(env);
+  roots.emplace_back(kCannStandardRoot);
+  return roots;
+}
+
+std::string LoadCann(const std::optional<std::string>& root) {
+  std::lock_guard<std::mutex> lock(load_mutex);
+  if (const Provider* p = cann_loaded.load()) return p->origin.substr(5);
+  std::vector<std::string> roots = root ? std::vector<std::string>{*root} : DefaultCannRoots();
+  std::string searched;
+  for (const std::string& r : roots) {
+    if (r.empty() || r[0] != '/') {  // never the working directory
+      searched += "\n  " + r + " (not an absolute path)";
+      continue;
+    }
+    for (const char* sub : {"/lib64", "/lib"}) {
+      const std::string dir = r + sub;
+      std::string missing;
+      for (const char* lib : kCannLibraries)
+        if (!IsFile(dir + "/" + lib)) missing += std::string(missing.empty() ? "" : ", ") + lib;
+      if (!missing.empty()) {
+        searched += "\n  " + dir + " (missing " + missing + ")";
+        continue;
+      }
+      std::vector<void*> handles;
+      for (const char* lib : kCannLibraries) {
+        void* h = dlopen((dir + "/" + lib).c_str(), RTLD_NOW | RTLD_GLOBAL);
+        if (h == nullptr) throw std::runtime_error(std::string("cannot load CANN: ") + dlerror());
+        handles.push_back(h);
+      }
+      std::string missing_symbol = Resolve(handles, &cann_api);
+      if (!missing_symbol.empty())
+        throw std::runtime_error("the CANN libraries in " + dir + " do not export " +
+                                 missing_symbol);
+      cann_provider.api = &cann_api;
+      cann_provider.origin = "cann:" + dir;
+      cann_loaded.store(&cann_provider);
+      return dir;
+    }
+  }
+  throw std::runtime_error(
+      "CANN aclnn libraries not found (set ASCEND_HOME_PATH or pass a path); searched:" +
+      searched);
+}
+
+const Provider& CpuProvider() {
+  if (route_cpu_through_cann.load(std::memory_order_relaxed))
+    if (const Provider* p = cann_loaded.load()) return *p;
+  static const Provider none{nullptr, "none"};
+  const Provider* p = host_loaded.load();
+  return p ? *p : none;
+}
+
+const Provider* NpuProvider(std::string* error) {
+  if (const Provider* p = cann_loaded.load()) return p;
+  try {
+    LoadCann(std::nullopt);
+  } catch (const std::exception& e) {
+    *error = e.what();
+    return nullptr;
+  }
+  return cann_loaded.load();
+}
+
+void RouteCpuThroughCann(bool enable) { route_cpu_through_cann.store(enable); }
+
+}  // namespace jax_aclnn

@@ -1,0 +1,53 @@
+// Run-time loading of an aclnn provider (dlopen/dlsym): the bundled host
+// provider on the CPU, CANN's libraries on an Ascend NPU. Both fill the same
+// function table, so the handlers have one code path.
+#ifndef JAX_ACLNN_FFI_PROVIDER_H_
+#define JAX_ACLNN_FFI_PROVIDER_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "aclnn_abi.h"
+
+namespace jax_aclnn {
+
+struct AclnnApi {
+#define JAX_ACLNN_API_MEMBER(ret, name, params) ret(*name) params = nullptr;
+  ACLNN_ABI_FUNCTIONS(JAX_ACLNN_API_MEMBER)
+#undef JAX_ACLNN_API_MEMBER
+  // True when the executor-reuse calls (aclSetAclOpExecutorRepeatable,
+  // aclSetInput/OutputTensorAddr, aclDestroyAclOpExecutor) all resolved.
+  bool supports_executor_reuse = false;
+};
+
+// A loaded provider; `api` is null until loading succeeded.
+struct Provider {
+  const AclnnApi* api = nullptr;
+  std::string origin;  // "host:<library>" or "cann:<library directory>"
+};
+
+// Loads the host provider library at `path` (absolute). Returns an error
+// message on failure. Thread-safe; loading again replaces nothing.
+std::optional<std::string> LoadHostProvider(const std::string& path);
+
+// Finds and loads CANN's aclnn libraries: from `root` if given, else
+// $ASCEND_HOME_PATH, else the standard install location. On success returns
+// the library directory used; on failure throws std::runtime_error naming
+// every location searched and the library missing there.
+std::string LoadCann(const std::optional<std::string>& root);
+
+// The provider serving the CPU platform (the host provider, or CANN when
+// RouteCpuThroughCann(true) was called, for testing the NPU loader path).
+const Provider& CpuProvider();
+// The provider serving the NPU platform, loading CANN on first use. Returns
+// null with `error` set when CANN cannot be found.
+const Provider* NpuProvider(std::string* error);
+void RouteCpuThroughCann(bool enable);
+
+// Where CANN is searched when no root is given.
+std::vector<std::string> DefaultCannRoots();
+
+}  // namespace jax_aclnn
+
+#endif  // JAX_ACLNN_FFI_PROVIDER_H_

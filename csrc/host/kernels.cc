@@ -1,0 +1,372 @@
+#include "host/kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "host/dtype.h"
+#include "host/parallel.h"
+
+namespace jax_aclnn::host {
+namespace {
+
+// Elements converted at a time: four float buffers of this size stay in L1.
+constexpr int64_t kChunk = 1024;
+// Smallest amount of work (elements) worth a task of its own.
+constexpr int64_t kGrain = 1 << 15;
+
+// exp(x) in float, vectorisable (Cephes polynomial, about 1 ulp). x is
+// clamped to the finite range; callers handle NaN themselves.
+inline float ExpF(float x) {
+  x = std::min(std::max(x, -87.33654475f), 88.72283905f);
+  float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+// The element-wise formulas (API.md section 1), on float chunks.
+struct SmoothL1 {  // in: gradOut, self, target
+  float beta, scale;
+  void operator()(int64_t n, const float* const* in, float* __restrict out) const {
+    const float* __restrict g = in[0];
+    const float* __restrict x = in[1];
+    const float* __restrict y = in[2];
+    const float inv_beta = beta > 0.0f ? 1.0f / beta : 0.0f;
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+      float d = x[i] - y[i];
+      float sign = d > 0.0f ? 1.0f : (d < 0.0f ? -1.0f : 0.0f);
+      float dl = std::fabs(d) < beta ? d * inv_beta : sign;
+      dl = d != d ? d : dl;  // NaN difference stays NaN
+      out[i] = g[i] * scale * dl;
+    }
+  }
+};
+
+struct Logit {  // in: x, dy
+  double eps;
+  void operator()(int64_t n, const float* const* in, float* __restrict out) const {
+    const float* __restrict x = in[0];
+    const float* __restrict dy = in[1];
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    if (std::isnan(eps)) {
+      for (int64_t i = 0; i < n; ++i) out[i] = nan;
+    } else if (eps < 0.0) {
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) {
+        float v = dy[i] / (x[i] * (1.0f - x[i]));
+        out[i] = (x[i] < 0.0f || x[i] > 1.0f) ? nan : v;
+      }
+    } else {
+      const float lo = static_cast<float>(eps), hi = static_cast<float>(1.0 - eps);
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) {
+        float v = dy[i] / (x[i] * (1.0f - x[i]));
+        out[i] = (x[i] < lo || x[i] > hi) ? 0.0f : v;
+      }
+    }
+  }
+};
+
+struct Hardshrink {  // in: gradOutput, self
+  float lambd;
+  void operator()(int64_t n, const float* const* in, float* __restrict out) const {
+    const float* __restrict g = in[0];
+    const float* __restrict x = in[1];
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) out[i] = std::fabs(x[i]) <= lambd ? 0.0f : g[i];
+  }
+};
+
+struct Swish {  // in: gradOutput, self
+  float beta;
+  void operator()(int64_t n, const float* const* in, float* __restrict out) const {
+    const float* __restrict g = in[0];
+    const float* __restrict x = in[1];
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+      float bx = beta * x[i];
+      float s = 1.0f / (1.0f + ExpF(-bx));
+      float r = g[i] * s * (1.0f + bx * (1.0f - s));
+      out[i] = bx != bx ? bx : r;
+    }
+  }
+};
+
+// The output's shape after dropping size-1 dimensions and merging
+// dimensions that are contiguous in every operand (operand 0 is the output).
+struct Layout {
+  int rank = 0;
+  int64_t dims[kMaxRank] = {};
+  int64_t strides[5][kMaxRank] = {};
+};
+
+Layout Collapse(const View& out, const View* inputs, int num_inputs) {
+  const View* views[5] = {&out};
+  for (int k = 0; k < num_inputs; ++k) views[k + 1] = &inputs[k];
+  const int num = num_inputs + 1;
+  Layout l;
+  for (int d = 0; d < out.rank; ++d) {
+    if (out.dims[d] == 1) continue;
+    bool merge = l.rank > 0;
+    for (int k = 0; k < num && merge; ++k)
+      merge = l.strides[k][l.rank - 1] == views[k]->strides[d] * out.dims[d];
+    if (merge) {
+      l.dims[l.rank - 1] *= out.dims[d];
+      for (int k = 0; k < num; ++k) l.strides[k][l.rank - 1] = views[k]->strides[d];
+    } else {
+      l.dims[l.rank] = out.dims[d];
+      for (int k = 0; k < num; ++k) l.strides[k][l.rank] = views[k]->strides[d];
+      ++l.rank;
+    }
+  }
+  if (l.rank == 0) {  // a single element
+    l.rank = 1;
+    l.dims[0] = 1;
+    for (int k = 0; k < num; ++k) l.strides[k][0] = 1;
+  }
+  return l;
+}
+
+// Applies `f` to the elements [begin, end) of the output (row-major order).
+template <typename F>
+void PointwiseRange(const F& f, const Layout& l, const View* inputs, int num_inputs,
+                    const View& out, int64_t begin, int64_t end) {
+  alignas(64) float bufs[5][kChunk];
+  const int r = l.rank;
+  const int64_t inner = l.dims[r - 1];
+  int64_t idx[kMaxRank];
+  int64_t rem = begin;
+  for (int d = r - 1; d >= 0; --d) {
+    idx[d] = rem % l.dims[d];
+    rem /= l.dims[d];
+  }
+  int64_t pos = begin;
+  while (pos < end) {
+    const int64_t col = idx[r - 1];
+    const int64_t len = std::min(inner - col, end - pos);
+    int64_t offs[5];
+    for (int k = 0; k <= num_inputs; ++k) {
+      offs[k] = 0;
+      for (int d = 0; d < r; ++d) offs[k] += idx[d] * l.strides[k][d];
+    }
+    for (int64_t c = 0; c < len; c += kChunk) {
+      const int64_t n = std::min(kChunk, len - c);
+      const float* in_ptrs[4];
+      for (int k = 0; k < num_inputs; ++k) {
+        const View& v = inputs[k];
+        const int64_t s = l.strides[k + 1][r - 1];
+        const int64_t e = offs[k + 1] + c * s;
+        const char* p = static_cast<const char*>(v.data) + e * ElementSize(v.dtype);
+        if (v.dtype == ACL_FLOAT && s == 1) {
+          in_ptrs[k] = reinterpret_cast<const float*>(p);
+        } else {
+          LoadAsFloat(v.dtype, p, s, n, bufs[k]);
+          in_ptrs[k] = bufs[k];
+        }
+      }
+      const int64_t so = l.strides[0][r - 1];
+      char* po = static_cast<char*>(out.data) + (offs[0] + c * so) * ElementSize(out.dtype);
+      if (out.dtype == ACL_FLOAT && so == 1) {
+        f(n, in_ptrs, reinterpret_cast<float*>(po));
+      } else {
+        f(n, in_ptrs, bufs[4]);
+        StoreFromFloat(out.dtype, bufs[4], n, po, so);
+      }
+    }
+    pos += len;
+    idx[r - 1] += len;
+    for (int d = r - 1; d > 0 && idx[d] == l.dims[d]; --d) {
+      idx[d] = 0;
+      ++idx[d - 1];
+    }
+  }
+}
+
+template <typename F>
+void Pointwise(const F& f, const View* inputs, int num_inputs, const View& out,
+               const JaxAclnnHostStream* stream) {
+  const int64_t total = out.NumElements();
+  if (total == 0) return;
+  const Layout l = Collapse(out, inputs, num_inputs);
+  const int64_t num_tasks =
+      std::min<int64_t>((total + kGrain - 1) / kGrain, 4 * NumThreads(stream));
+  ParallelFor(stream, num_tasks, [&](int64_t t) {
+    PointwiseRange(f, l, inputs, num_inputs, out, total * t / num_tasks,
+                   total * (t + 1) / num_tasks);
+  });
+}
+
+}  // namespace
+
+void RunPointwise(PointwiseOp op, const PointwiseParams& p, const View* inputs,
+                  int num_inputs, const View& out, const JaxAclnnHostStream* stream) {
+  switch (op) {
+    case PointwiseOp::kSmoothL1LossBackward:
+      return Pointwise(SmoothL1{p.beta, p.scale}, inputs, num_inputs, out, stream);
+    case PointwiseOp::kLogitGrad:
+      return Pointwise(Logit{p.eps}, inputs, num_inputs, out, stream);
+    case PointwiseOp::kHardshrinkBackward:
+      return Pointwise(Hardshrink{p.lambd}, inputs, num_inputs, out, stream);
+    case PointwiseOp::kSwishBackward:
+      return Pointwise(Swish{p.beta}, inputs, num_inputs, out, stream);
+  }
+}
+
+namespace {
+
+// Channel blocks and batch blocks of the batch-norm reduction. They depend
+// on the shape only, never on the thread count, so that the partial sums
+// and their combine order (and so the result bits) are the same everywhere.
+constexpr int64_t kBnBatchBlocks = 16;
+constexpr int64_t kBnChannelBlock = 256;
+// Rows accumulated in float before they are added into double partials.
+constexpr int64_t kBnFlushRows = 64;
+
+struct BnShape {
+  int64_t outer, channels, inner;
+  int64_t batch_blocks, channel_blocks;
+};
+
+BnShape BnShapeOf(const View& input) {
+  BnShape s;
+  s.outer = input.dims[0];
+  s.channels = input.dims[1];
+  s.inner = 1;
+  for (int d = 2; d < input.rank; ++d) s.inner *= input.dims[d];
+  s.batch_blocks = std::max<int64_t>(1, std::min(s.outer, kBnBatchBlocks));
+  s.channel_blocks = (s.channels + kBnChannelBlock - 1) / kBnChannelBlock;
+  return s;
+}
+
+// Stride between consecutive elements of dims [2, rank) taken as one
+// dimension; 1 when there are none.
+int64_t InnerStride(const View& v) { return v.rank > 2 ? v.strides[v.rank - 1] : 1; }
+
+const char* At(const View& v, int64_t n, int64_t c, int64_t i) {
+  return static_cast<const char*>(v.data) +
+         (n * v.strides[0] + c * v.strides[1] + i * InnerStride(v)) * ElementSize(v.dtype);
+}
+
+// Loads n elements (stride s) as floats: the data itself when it is
+// contiguous float32, else a converted copy in buf.
+const float* Floats(const View& v, const char* p, int64_t s, int64_t n, float* buf) {
+  if (v.dtype == ACL_FLOAT && s == 1) return reinterpret_cast<const float*>(p);
+  LoadAsFloat(v.dtype, p, s, n, buf);
+  return buf;
+}
+
+// Partial sums of batch block `bb` for channels [c0, c1): partial[c] holds
+// (sum dy, sum dy * (x - mean)) in double.
+void BnPartial(const BnShape& s, const View& g, const View& x, const float* mean,
+               int64_t bb, int64_t c0, int64_t c1, double* partial) {
+  alignas(64) float gbuf[kChunk], xbuf[kChunk];
+  const int64_t n0 = s.outer * bb / s.batch_blocks, n1 = s.outer * (bb + 1) / s.batch_blocks;
+  for (int64_t c = c0; c < c1; ++c) partial[2 * c] = partial[2 * c + 1] = 0.0;
+  if (s.inner == 1) {  // (N, C): vectorise across channels
+    alignas(64) float acc_dy[kBnChannelBlock], acc_xmu[kBnChannelBlock];
+    const int64_t nc = c1 - c0;
+    for (int64_t r0 = n0; r0 < n1; r0 += kBnFlushRows) {
+      std::fill(acc_dy, acc_dy + nc, 0.0f);
+      std::fill(acc_xmu, acc_xmu + nc, 0.0f);
+      for (int64_t n = r0; n < std::min(n1, r0 + kBnFlushRows); ++n) {
+        const float* gp = Floats(g, At(g, n, c0, 0), g.strides[1], nc, gbuf);
+        const float* xp = Floats(x, At(x, n, c0, 0), x.strides[1], nc, xbuf);
+        const float* m = mean + c0;
+#pragma omp simd
+        for (int64_t c = 0; c < nc; ++c) {
+          acc_dy[c] += gp[c];
+          acc_xmu[c] += gp[c] * (xp[c] - m[c]);
+        }
+      }
+      for (int64_t c = 0; c < nc; ++c) {
+        partial[2 * (c0 + c)] += acc_dy[c];
+        partial[2 * (c0 + c) + 1] += acc_xmu[c];
+      }
+    }
+    return;
+  }
+  const int64_t sg = InnerStride(g), sx = InnerStride(x);
+  for (int64_t c = c0; c < c1; ++c) {
+    const float m = mean[c];
+    double dy = 0.0, xmu = 0.0;
+    for (int64_t n = n0; n < n1; ++n) {
+      for (int64_t i = 0; i < s.inner; i += kChunk) {
+        const int64_t len = std::min(kChunk, s.inner - i);
+        const float* gp = Floats(g, At(g, n, c, i), sg, len, gbuf);
+        const float* xp = Floats(x, At(x, n, c, i), sx, len, xbuf);
+        float a = 0.0f, b = 0.0f;
+#pragma omp simd reduction(+ : a, b)
+        for (int64_t k = 0; k < len; ++k) {
+          a += gp[k];
+          b += gp[k] * (xp[k] - m);
+        }
+        dy += a;
+        xmu += b;
+      }
+    }
+    partial[2 * c] = dy;
+    partial[2 * c + 1] = xmu;
+  }
+}
+
+void StoreChannels(const View* out, const float* values, int64_t channels) {
+  if (out == nullptr) return;
+  StoreFromFloat(out->dtype, values, channels, out->data, out->strides[0]);
+}
+
+}  // namespace
+
+uint64_t BatchNormReduceWorkspaceSize(const View& input) {
+  const BnShape s = BnShapeOf(input);
+  // partial sums, then the (C,) float vectors: mean, invstd and 4 results.
+  return static_cast<uint64_t>(s.batch_blocks * s.channels * 2) * sizeof(double) +
+         static_cast<uint64_t>(6 * s.channels) * sizeof(float);
+}
+
+void RunBatchNormReduce(const View& grad_out, const View& input, const View& mean_v,
+                        const View& invstd_v, const View* const outputs[4], void* workspace,
+                        const JaxAclnnHostStream* stream) {
+  const BnShape s = BnShapeOf(input);
+  const int64_t C = s.channels;
+  if (C == 0) return;
+  double* partials = static_cast<double*>(workspace);
+  float* mean = reinterpret_cast<float*>(partials + s.batch_blocks * C * 2);
+  float* invstd = mean + C;
+  float* sums[4] = {invstd + C, invstd + 2 * C, invstd + 3 * C, invstd + 4 * C};
+  LoadAsFloat(mean_v.dtype, mean_v.data, mean_v.strides[0], C, mean);
+  LoadAsFloat(invstd_v.dtype, invstd_v.data, invstd_v.strides[0], C, invstd);
+
+  const int64_t num_tasks = s.batch_blocks * s.channel_blocks;
+  ParallelFor(stream, num_tasks, [&](int64_t t) {
+    const int64_t bb = t / s.channel_blocks, cb = t % s.channel_blocks;
+    const int64_t c0 = cb * kBnChannelBlock, c1 = std::min(C, c0 + kBnChannelBlock);
+    BnPartial(s, grad_out, input, mean, bb, c0, c1, partials + bb * C * 2);
+  });
+  // Deterministic combine: batch blocks in order.
+  for (int64_t c = 0; c < C; ++c) {
+    double dy = 0.0, xmu = 0.0;
+    for (int64_t bb = 0; bb < s.batch_blocks; ++bb) {
+      dy += partials[(bb * C + c) * 2];
+      xmu += partials[(bb * C + c) * 2 + 1];
+    }
+    sums[0][c] = static_cast<float>(dy);
+    sums[1][c] = static_cast<float>(xmu);
+    sums[2][c] = static_cast<float>(xmu * invstd[c]);
+    sums[3][c] = static_cast<float>(dy);
+  }
+  for (int k = 0; k < 4; ++k) StoreChannels(outputs[k], sums[k], C);
+}
+
+}  // namespace jax_aclnn::host

@@ -1,0 +1,54 @@
+// CPU kernels of the host provider. They see validated views only; all
+// argument checking happens in provider.cc, as CANN does it in its
+// GetWorkspaceSize phase.
+#ifndef JAX_ACLNN_HOST_KERNELS_H_
+#define JAX_ACLNN_HOST_KERNELS_H_
+
+#include <cstdint>
+
+#include "aclnn_abi.h"
+#include "host_stream.h"
+
+namespace jax_aclnn::host {
+
+constexpr int kMaxRank = 8;
+
+// A strided view of a tensor. `data` points at the first element (the
+// descriptor's offset already applied); strides are in elements.
+struct View {
+  void* data = nullptr;
+  aclDataType dtype = ACL_FLOAT;
+  int rank = 0;
+  int64_t dims[kMaxRank] = {};
+  int64_t strides[kMaxRank] = {};
+  int64_t NumElements() const {
+    int64_t n = 1;
+    for (int i = 0; i < rank; ++i) n *= dims[i];
+    return n;
+  }
+};
+
+// The four element-wise operators. Every input view has the output's rank
+// and dims, with stride 0 along broadcast dimensions.
+enum class PointwiseOp { kSmoothL1LossBackward, kLogitGrad, kHardshrinkBackward, kSwishBackward };
+
+struct PointwiseParams {
+  float beta = 1.0f;    // SmoothL1 beta, or Swish beta
+  float scale = 1.0f;   // SmoothL1: 1 / numel(self) for reduction "mean"
+  float lambd = 0.5f;   // Hardshrink lambda (already clamped at 0)
+  double eps = -1.0;    // LogitGrad eps
+};
+
+void RunPointwise(PointwiseOp op, const PointwiseParams& params, const View* inputs,
+                  int num_inputs, const View& out, const JaxAclnnHostStream* stream);
+
+// BatchNormReduceBackward over an (N, C, ...) input: per-channel sums.
+// `outputs` holds sumDy, sumDyXmu, gradWeight, gradBias; null = not wanted.
+uint64_t BatchNormReduceWorkspaceSize(const View& input);
+void RunBatchNormReduce(const View& grad_out, const View& input, const View& mean,
+                        const View& invstd, const View* const outputs[4], void* workspace,
+                        const JaxAclnnHostStream* stream);
+
+}  // namespace jax_aclnn::host
+
+#endif  // JAX_ACLNN_HOST_KERNELS_H_

@@ -1,0 +1,511 @@
+// The host aclnn provider: the aclnn C ABI (aclnn_abi.h) implemented on the
+// CPU. It behaves as CANN does: GetWorkspaceSize validates every argument
+// and returns an aclnnStatus with a readable last-error message, and builds
+// an executor that the second phase consumes (unless made repeatable).
+#include <algorithm>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <new>
+#include <string>
+
+#include "aclnn_abi.h"
+#include "host/dtype.h"
+#include "host/kernels.h"
+#include "host/parallel.h"
+
+struct aclTensor {
+  jax_aclnn::host::View view;
+  int64_t offset;
+  void* base;  // the tensorData pointer; view.data = base + offset
+};
+
+struct aclScalar {
+  double value;
+  aclDataType dtype;
+};
+
+namespace jax_aclnn::host {
+namespace {
+
+constexpr int kMaxInputs = 5;
+constexpr int kMaxOutputs = 4;
+
+thread_local std::string last_error;
+
+aclnnStatus Fail(aclnnStatus status, const char* fmt, ...) {
+  char buf[512];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, args);
+  va_end(args);
+  last_error = buf;
+  return status;
+}
+
+std::string ShapeString(const View& v) {
+  std::string s = "[";
+  for (int d = 0; d < v.rank; ++d) s += (d ? "," : "") + std::to_string(v.dims[d]);
+  return s + "]";
+}
+
+void* Advance(void* base, int64_t offset, aclDataType dtype) {
+  return static_cast<char*>(base) + offset * ElementSize(dtype);
+}
+
+enum class Kind { kPointwise, kBatchNormReduce };
+
+}  // namespace
+}  // namespace jax_aclnn::host
+
+using jax_aclnn::host::View;
+
+struct aclOpExecutor {
+  const char* op_name;
+  jax_aclnn::host::Kind kind;
+  jax_aclnn::host::PointwiseOp pointwise;
+  jax_aclnn::host::PointwiseParams params;
+  View inputs[jax_aclnn::host::kMaxInputs];
+  View outputs[jax_aclnn::host::kMaxOutputs];
+  bool has_output[jax_aclnn::host::kMaxOutputs];
+  int num_inputs, num_outputs;
+  uint64_t workspace_size;
+  bool repeatable;
+};
+
+namespace jax_aclnn::host {
+namespace {
+
+aclnnStatus CheckTensor(const char* op, const char* name, const aclTensor* t) {
+  if (t == nullptr) return Fail(ACLNN_ERR_PARAM_NULLPTR, "%s: %s is a null pointer", op, name);
+  if (!IsSupportedFloat(t->view.dtype))
+    return Fail(ACLNN_ERR_PARAM_INVALID,
+                "%s: %s has data type %s; supported are FLOAT, FLOAT16, BFLOAT16", op, name,
+                DataTypeName(t->view.dtype));
+  if (t->view.NumElements() > 0 && t->view.data == nullptr)
+    return Fail(ACLNN_ERR_PARAM_NULLPTR, "%s: %s has no data", op, name);
+  return ACLNN_SUCCESS;
+}
+
+aclnnStatus CheckSameType(const char* op, const char* a_name, const aclTensor* a,
+                          const char* b_name, const aclTensor* b) {
+  if (a->view.dtype != b->view.dtype)
+    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: %s (%s) and %s (%s) must have the same data type",
+                op, a_name, DataTypeName(a->view.dtype), b_name, DataTypeName(b->view.dtype));
+  return ACLNN_SUCCESS;
+}
+
+// Broadcasts `in` to `out`'s shape (numpy rules): an input view of out's rank
+// with stride 0 where the input is broadcast.
+bool BroadcastTo(const View& in, const View& out, View* result) {
+  if (in.rank > out.rank) return false;
+  *result = in;
+  result->rank = out.rank;
+  const int shift = out.rank - in.rank;
+  for (int d = out.rank - 1; d >= 0; --d) {
+    const int s = d - shift;
+    const int64_t dim = s >= 0 ? in.dims[s] : 1;
+    if (dim != out.dims[d] && dim != 1) return false;
+    result->dims[d] = out.dims[d];
+    result->strides[d] = (s >= 0 && dim == out.dims[d]) ? in.strides[s] : 0;
+  }
+  return true;
+}
+
+// Checks that the inputs broadcast to the output's shape and fills `ex`.
+aclnnStatus SetBroadcastInputs(aclOpExecutor* ex, const char* const* names,
+                               const aclTensor* const* inputs, int n, const aclTensor* out,
+                               const char* out_name) {
+  int rank = 0;
+  for (int k = 0; k < n; ++k) rank = std::max(rank, inputs[k]->view.rank);
+  View shape;
+  shape.rank = rank;
+  for (int d = 0; d < rank; ++d) {
+    shape.dims[d] = 1;
+    for (int k = 0; k < n; ++k) {
+      const View& v = inputs[k]->view;
+      const int s = d - (rank - v.rank);
+      if (s < 0 || v.dims[s] == 1) continue;
+      if (shape.dims[d] != 1 && shape.dims[d] != v.dims[s]) {
+        std::string msg;
+        for (int j = 0; j < n; ++j)
+          msg += std::string(j ? ", " : "") + names[j] + ShapeString(inputs[j]->view);
+        return Fail(ACLNN_ERR_PARAM_INVALID, "%s: shapes do not broadcast: %s", ex->op_name,
+                    msg.c_str());
+      }
+      shape.dims[d] = v.dims[s];
+    }
+  }
+  const View& o = out->view;
+  bool same = o.rank == rank;
+  for (int d = 0; same && d < rank; ++d) same = o.dims[d] == shape.dims[d];
+  if (!same)
+    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: %s has shape %s, expected the broadcast shape %s",
+                ex->op_name, out_name, ShapeString(o).c_str(), ShapeString(shape).c_str());
+  for (int k = 0; k < n; ++k) BroadcastTo(inputs[k]->view, o, &ex->inputs[k]);
+  ex->num_inputs = n;
+  ex->outputs[0] = o;
+  ex->has_output[0] = true;
+  ex->num_outputs = 1;
+  return ACLNN_SUCCESS;
+}
+
+// Shared first phase of the four element-wise operators.
+aclnnStatus PointwiseGetWorkspaceSize(const char* op, PointwiseOp kind,
+                                      const PointwiseParams& params, const char* const* names,
+                                      const aclTensor* const* inputs, int n,
+                                      const aclTensor* out, const char* out_name,
+                                      bool same_shape, uint64_t* workspace_size,
+                                      aclOpExecutor** executor) {
+  if (workspace_size == nullptr || executor == nullptr)
+    return Fail(ACLNN_ERR_PARAM_NULLPTR, "%s: workspaceSize or executor is a null pointer", op);
+  for (int k = 0; k < n; ++k) {
+    if (aclnnStatus st = CheckTensor(op, names[k], inputs[k])) return st;
+    if (k > 0)
+      if (aclnnStatus st = CheckSameType(op, names[0], inputs[0], names[k], inputs[k])) return st;
+  }
+  if (aclnnStatus st = CheckTensor(op, out_name, out)) return st;
+  if (aclnnStatus st = CheckSameType(op, names[0], inputs[0], out_name, out)) return st;
+  if (same_shape) {
+    for (int k = 1; k < n; ++k) {
+      const View &a = inputs[0]->view, &b = inputs[k]->view;
+      bool same = a.rank == b.rank;
+      for (int d = 0; same && d < a.rank; ++d) same = a.dims[d] == b.dims[d];
+      if (!same)
+        return Fail(ACLNN_ERR_PARAM_INVALID, "%s: %s%s and %s%s must have the same shape", op,
+                    names[0], ShapeString(a).c_str(), names[k], ShapeString(b).c_str());
+    }
+  }
+  auto* ex = new (std::nothrow) aclOpExecutor{};
+  if (ex == nullptr) return Fail(ACLNN_ERR_INNER, "%s: out of memory", op);
+  ex->op_name = op;
+  ex->kind = Kind::kPointwise;
+  ex->pointwise = kind;
+  ex->params = params;
+  if (aclnnStatus st = SetBroadcastInputs(ex, names, inputs, n, out, out_name)) {
+    delete ex;
+    return st;
+  }
+  *workspace_size = 0;
+  *executor = ex;
+  return ACLNN_SUCCESS;
+}
+
+aclnnStatus Execute(const char* op, void* workspace, uint64_t workspace_size,
+                    aclOpExecutor* ex, aclrtStream stream) {
+  if (ex == nullptr) return Fail(ACLNN_ERR_PARAM_NULLPTR, "%s: executor is a null pointer", op);
+  if (ex->op_name != op)
+    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: the executor was created by %sGetWorkspaceSize",
+                op, ex->op_name);
+  if (workspace_size < ex->workspace_size || (ex->workspace_size > 0 && workspace == nullptr))
+    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: workspace of %llu bytes given, %llu needed", op,
+                static_cast<unsigned long long>(workspace_size),
+                static_cast<unsigned long long>(ex->workspace_size));
+  const JaxAclnnHostStream* host_stream = AsHostStream(stream);
+  if (ex->kind == Kind::kPointwise) {
+    RunPointwise(ex->pointwise, ex->params, ex->inputs, ex->num_inputs, ex->outputs[0],
+                 host_stream);
+  } else {
+    const View* outs[kMaxOutputs];
+    for (int k = 0; k < kMaxOutputs; ++k) outs[k] = ex->has_output[k] ? &ex->outputs[k] : nullptr;
+    RunBatchNormReduce(ex->inputs[0], ex->inputs[1], ex->inputs[2], ex->inputs[3], outs,
+                       workspace, host_stream);
+  }
+  if (!ex->repeatable) delete ex;
+  return ACLNN_SUCCESS;
+}
+
+aclnnStatus CheckChannelVector(const char* op, const char* name, const aclTensor* t,
+                               int64_t channels, aclDataType dtype) {
+  if (aclnnStatus st = CheckTensor(op, name, t)) return st;
+  if (t->view.rank != 1 || t->view.dims[0] != channels)
+    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: %s has shape %s, expected [%lld]", op, name,
+                ShapeString(t->view).c_str(), static_cast<long long>(channels));
+  if (t->view.dtype != dtype)
+    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: %s has data type %s, expected %s", op, name,
+                DataTypeName(t->view.dtype), DataTypeName(dtype));
+  return ACLNN_SUCCESS;
+}
+
+// Dimensions 2.. of an (N, C, ...) tensor must be walkable with one stride.
+bool InnerDimsCollapse(const View& v) {
+  for (int d = 2; d + 1 < v.rank; ++d)
+    if (v.strides[d] != v.strides[d + 1] * v.dims[d + 1]) return false;
+  return true;
+}
+
+constexpr const char kSmoothL1[] = "aclnnSmoothL1LossBackward";
+constexpr const char kLogitGrad[] = "aclnnLogitGrad";
+constexpr const char kHardshrink[] = "aclnnHardshrinkBackward";
+constexpr const char kSwish[] = "aclnnSwishBackward";
+constexpr const char kBnReduce[] = "aclnnBatchNormReduceBackward";
+
+}  // namespace
+}  // namespace jax_aclnn::host
+
+using namespace jax_aclnn::host;  // NOLINT: the exported C functions below
+
+extern "C" {
+
+aclTensor* aclCreateTensor(const int64_t* viewDims, uint64_t viewDimsNum, aclDataType dataType,
+                           const int64_t* stride, int64_t offset, aclFormat format,
+                           const int64_t* storageDims, uint64_t storageDimsNum,
+                           void* tensorData) {
+  (void)format;
+  (void)storageDims;
+  (void)storageDimsNum;
+  if (viewDimsNum > kMaxRank || (viewDimsNum > 0 && viewDims == nullptr) || offset < 0) {
+    Fail(ACLNN_ERR_PARAM_INVALID, "aclCreateTensor: rank %llu is above %d or dims are missing",
+         static_cast<unsigned long long>(viewDimsNum), kMaxRank);
+    return nullptr;
+  }
+  auto* t = new (std::nothrow) aclTensor{};
+  if (t == nullptr) return nullptr;
+  t->view.dtype = dataType;
+  t->view.rank = static_cast<int>(viewDimsNum);
+  int64_t contiguous = 1;
+  for (int d = t->view.rank - 1; d >= 0; --d) {
+    if (viewDims[d] < 0) {
+      delete t;
+      Fail(ACLNN_ERR_PARAM_INVALID, "aclCreateTensor: negative dimension %lld",
+           static_cast<long long>(viewDims[d]));
+      return nullptr;
+    }
+    t->view.dims[d] = viewDims[d];
+    t->view.strides[d] = stride != nullptr ? stride[d] : contiguous;
+    contiguous *= viewDims[d];
+  }
+  t->base = tensorData;
+  t->offset = offset;
+  t->view.data = tensorData ? Advance(tensorData, offset, dataType) : nullptr;
+  return t;
+}
+
+aclnnStatus aclDestroyTensor(const aclTensor* tensor) {
+  delete tensor;
+  return ACLNN_SUCCESS;
+}
+
+aclScalar* aclCreateScalar(void* value, aclDataType dataType) {
+  if (value == nullptr) {
+    Fail(ACLNN_ERR_PARAM_NULLPTR, "aclCreateScalar: value is a null pointer");
+    return nullptr;
+  }
+  double v;
+  switch (dataType) {
+    case ACL_FLOAT: v = *static_cast<float*>(value); break;
+    case ACL_DOUBLE: v = *static_cast<double*>(value); break;
+    case ACL_FLOAT16: v = static_cast<float>(*static_cast<_Float16*>(value)); break;
+    case ACL_BF16: v = Bf16ToFloat(*static_cast<uint16_t*>(value)); break;
+    case ACL_INT64: v = static_cast<double>(*static_cast<int64_t*>(value)); break;
+    case ACL_INT32: v = *static_cast<int32_t*>(value); break;
+    default:
+      Fail(ACLNN_ERR_PARAM_INVALID, "aclCreateScalar: data type %s is not supported",
+           DataTypeName(dataType));
+      return nullptr;
+  }
+  return new (std::nothrow) aclScalar{v, dataType};
+}
+
+aclnnStatus aclDestroyScalar(const aclScalar* scalar) {
+  delete scalar;
+  return ACLNN_SUCCESS;
+}
+
+const char* aclGetRecentErrMsg(void) { return last_error.c_str(); }
+
+aclnnStatus aclSetAclOpExecutorRepeatable(aclOpExecutor* executor) {
+  if (executor == nullptr)
+    return Fail(ACLNN_ERR_PARAM_NULLPTR, "aclSetAclOpExecutorRepeatable: executor is null");
+  executor->repeatable = true;
+  return ACLNN_SUCCESS;
+}
+
+aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor* executor) {
+  if (executor != nullptr && !executor->repeatable)
+    return Fail(ACLNN_ERR_PARAM_INVALID,
+                "aclDestroyAclOpExecutor: %s executor is not repeatable; it is consumed by its "
+                "second phase", executor->op_name);
+  delete executor;
+  return ACLNN_SUCCESS;
+}
+
+static aclnnStatus SetTensorAddr(const char* fn, aclOpExecutor* executor, size_t index,
+                                 aclTensor* tensor, void* addr, bool output) {
+  if (executor == nullptr) return Fail(ACLNN_ERR_PARAM_NULLPTR, "%s: executor is null", fn);
+  if (!executor->repeatable)
+    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: the %s executor is not repeatable", fn,
+                executor->op_name);
+  const size_t limit = output ? executor->num_outputs : executor->num_inputs;
+  if (index >= limit || (output && !executor->has_output[index]))
+    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: %s has no %s tensor %zu", fn, executor->op_name,
+                output ? "output" : "input", index);
+  View& v = output ? executor->outputs[index] : executor->inputs[index];
+  const int64_t offset = tensor != nullptr ? tensor->offset : 0;
+  v.data = addr ? Advance(addr, offset, v.dtype) : nullptr;
+  if (tensor != nullptr) {
+    tensor->base = addr;
+    tensor->view.data = v.data;
+  }
+  return ACLNN_SUCCESS;
+}
+
+aclnnStatus aclSetInputTensorAddr(aclOpExecutor* executor, const size_t index, aclTensor* tensor,
+                                  void* addr) {
+  return SetTensorAddr("aclSetInputTensorAddr", executor, index, tensor, addr, false);
+}
+
+aclnnStatus aclSetOutputTensorAddr(aclOpExecutor* executor, const size_t index,
+                                   aclTensor* tensor, void* addr) {
+  return SetTensorAddr("aclSetOutputTensorAddr", executor, index, tensor, addr, true);
+}
+
+aclnnStatus aclnnSmoothL1LossBackwardGetWorkspaceSize(const aclTensor* gradOut,
+                                                      const aclTensor* self,
+                                                      const aclTensor* target, int64_t reduction,
+                                                      float beta, aclTensor* gradInput,
+                                                      uint64_t* workspaceSize,
+                                                      aclOpExecutor** executor) {
+  if (reduction < 0 || reduction > 2)
+    return Fail(ACLNN_ERR_PARAM_INVALID,
+                "%s: reduction must be 0 (none), 1 (mean) or 2 (sum), got %lld", kSmoothL1,
+                static_cast<long long>(reduction));
+  if (!(beta >= 0.0f))
+    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: beta must be non-negative, got %g", kSmoothL1,
+                static_cast<double>(beta));
+  PointwiseParams p;
+  p.beta = beta;
+  if (reduction == 1 && self != nullptr && self->view.NumElements() > 0)
+    p.scale = static_cast<float>(1.0 / static_cast<double>(self->view.NumElements()));
+  const char* names[] = {"gradOut", "self", "target"};
+  const aclTensor* inputs[] = {gradOut, self, target};
+  return PointwiseGetWorkspaceSize(kSmoothL1, PointwiseOp::kSmoothL1LossBackward, p, names,
+                                   inputs, 3, gradInput, "gradInput", false, workspaceSize,
+                                   executor);
+}
+
+aclnnStatus aclnnSmoothL1LossBackward(void* workspace, uint64_t workspaceSize,
+                                      aclOpExecutor* executor, aclrtStream stream) {
+  return Execute(kSmoothL1, workspace, workspaceSize, executor, stream);
+}
+
+aclnnStatus aclnnLogitGradGetWorkspaceSize(const aclTensor* x, const aclTensor* dy, double eps,
+                                           const aclTensor* out, uint64_t* workspaceSize,
+                                           aclOpExecutor** executor) {
+  PointwiseParams p;
+  p.eps = eps;
+  const char* names[] = {"x", "dy"};
+  const aclTensor* inputs[] = {x, dy};
+  return PointwiseGetWorkspaceSize(kLogitGrad, PointwiseOp::kLogitGrad, p, names, inputs, 2,
+                                   out, "out", true, workspaceSize, executor);
+}
+
+aclnnStatus aclnnLogitGrad(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
+                           aclrtStream stream) {
+  return Execute(kLogitGrad, workspace, workspaceSize, executor, stream);
+}
+
+aclnnStatus aclnnHardshrinkBackwardGetWorkspaceSize(const aclTensor* gradOutput,
+                                                    const aclTensor* self,
+                                                    const aclScalar* lambd,
+                                                    aclTensor* gradInput,
+                                                    uint64_t* workspaceSize,
+                                                    aclOpExecutor** executor) {
+  if (lambd == nullptr)
+    return Fail(ACLNN_ERR_PARAM_NULLPTR, "%s: lambd is a null pointer", kHardshrink);
+  PointwiseParams p;
+  p.lambd = lambd->value > 0.0 ? static_cast<float>(lambd->value) : 0.0f;
+  const char* names[] = {"gradOutput", "self"};
+  const aclTensor* inputs[] = {gradOutput, self};
+  return PointwiseGetWorkspaceSize(kHardshrink, PointwiseOp::kHardshrinkBackward, p, names,
+                                   inputs, 2, gradInput, "gradInput", false, workspaceSize,
+                                   executor);
+}
+
+aclnnStatus aclnnHardshrinkBackward(void* workspace, uint64_t workspaceSize,
+                                    aclOpExecutor* executor, aclrtStream stream) {
+  return Execute(kHardshrink, workspace, workspaceSize, executor, stream);
+}
+
+aclnnStatus aclnnSwishBackwardGetWorkspaceSize(const aclTensor* gradOutput, const aclTensor* self,
+                                               const aclScalar* betaOptional,
+                                               aclTensor* gradInput, uint64_t* workspaceSize,
+                                               aclOpExecutor** executor) {
+  PointwiseParams p;
+  p.beta = betaOptional != nullptr ? static_cast<float>(betaOptional->value) : 1.0f;
+  const char* names[] = {"gradOutput", "self"};
+  const aclTensor* inputs[] = {gradOutput, self};
+  return PointwiseGetWorkspaceSize(kSwish, PointwiseOp::kSwishBackward, p, names, inputs, 2,
+                                   gradInput, "gradInput", true, workspaceSize, executor);
+}
+
+aclnnStatus aclnnSwishBackward(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
+                               aclrtStream stream) {
+  return Execute(kSwish, workspace, workspaceSize, executor, stream);
+}
+
+aclnnStatus aclnnBatchNormReduceBackwardGetWorkspaceSize(
+    const aclTensor* gradOut, const aclTensor* input, const aclTensor* mean,
+    const aclTensor* invstd, const aclTensor* weight, const bool inputG, const bool weightG,
+    const bool biasG, aclTensor* sumDy, aclTensor* sumDyXmu, aclTensor* gradWeight,
+    aclTensor* gradBias, uint64_t* workspaceSize, aclOpExecutor** executor) {
+  const char* op = kBnReduce;
+  if (workspaceSize == nullptr || executor == nullptr)
+    return Fail(ACLNN_ERR_PARAM_NULLPTR, "%s: workspaceSize or executor is a null pointer", op);
+  if (aclnnStatus st = CheckTensor(op, "gradOut", gradOut)) return st;
+  if (aclnnStatus st = CheckTensor(op, "input", input)) return st;
+  if (aclnnStatus st = CheckSameType(op, "gradOut", gradOut, "input", input)) return st;
+  const View& x = input->view;
+  if (x.rank < 2)
+    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: input must have rank 2 to 8, got shape %s", op,
+                ShapeString(x).c_str());
+  bool same = gradOut->view.rank == x.rank;
+  for (int d = 0; same && d < x.rank; ++d) same = gradOut->view.dims[d] == x.dims[d];
+  if (!same)
+    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: gradOut%s and input%s must have the same shape",
+                op, ShapeString(gradOut->view).c_str(), ShapeString(x).c_str());
+  if (!InnerDimsCollapse(x) || !InnerDimsCollapse(gradOut->view))
+    return Fail(ACLNN_ERR_PARAM_INVALID,
+                "%s: dimensions 2.. of input and gradOut must be laid out contiguously", op);
+  const int64_t C = x.dims[1];
+  const char* vec_names[] = {"mean", "invstd", "weight"};
+  const aclTensor* vecs[] = {mean, invstd, weight};
+  for (int k = 0; k < 3; ++k) {
+    if (k == 2 && weight == nullptr) continue;  // weight is optional
+    if (aclnnStatus st = CheckChannelVector(op, vec_names[k], vecs[k], C, x.dtype)) return st;
+  }
+  const char* out_names[] = {"sumDy", "sumDyXmu", "gradWeight", "gradBias"};
+  aclTensor* outs[] = {sumDy, sumDyXmu, gradWeight, gradBias};
+  const bool wanted[] = {inputG, inputG, weightG, biasG};
+  for (int k = 0; k < 4; ++k) {
+    if (!wanted[k]) continue;
+    if (outs[k] == nullptr)
+      return Fail(ACLNN_ERR_PARAM_NULLPTR, "%s: %s is a null pointer but its mask is set", op,
+                  out_names[k]);
+    if (aclnnStatus st = CheckChannelVector(op, out_names[k], outs[k], C, x.dtype)) return st;
+  }
+  auto* ex = new (std::nothrow) aclOpExecutor{};
+  if (ex == nullptr) return Fail(ACLNN_ERR_INNER, "%s: out of memory", op);
+  ex->op_name = op;
+  ex->kind = Kind::kBatchNormReduce;
+  ex->num_inputs = 5;
+  ex->num_outputs = 4;
+  const aclTensor* all_inputs[] = {gradOut, input, mean, invstd, weight};
+  for (int k = 0; k < 5; ++k)
+    if (all_inputs[k] != nullptr) ex->inputs[k] = all_inputs[k]->view;
+  for (int k = 0; k < 4; ++k) {
+    ex->has_output[k] = wanted[k];
+    if (wanted[k]) ex->outputs[k] = outs[k]->view;
+  }
+  ex->workspace_size = BatchNormReduceWorkspaceSize(x);
+  *workspaceSize = ex->workspace_size;
+  *executor = ex;
+  return ACLNN_SUCCESS;
+}
+
+aclnnStatus aclnnBatchNormReduceBackward(void* workspace, uint64_t workspaceSize,
+                                         aclOpExecutor* executor, aclrtStream stream) {
+  return Execute(kBnReduce, workspace, workspaceSize, executor, stream);
+}
+
+}  // extern "C"

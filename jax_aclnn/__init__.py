@@ -1,0 +1,46 @@
+"""jax_aclnn: Huawei Ascend CANN aclnn backward operators as differentiable JAX operations.
+
+Import as ``import jax_aclnn as aclnn``. The public API (``API.md``):
+
+* the five aclnn backward operators: :func:`smooth_l1_loss_backward`,
+  :func:`logit_grad`, :func:`hardshrink_backward`, :func:`swish_backward`,
+  :func:`batch_norm_reduce_backward`;
+* differentiable forward operators whose backward runs them:
+  :func:`smooth_l1_loss`, :func:`logit`, :func:`hardshrink`, :func:`swish`,
+  :func:`silu`, :func:`batch_norm`;
+* runtime introspection: :func:`runtime_stats`, :func:`reset_runtime_stats`,
+  :func:`load_cann`.
+
+On JAX's CPU platform the operators run on the bundled host aclnn provider,
+on an Ascend NPU on CANN, both through the same XLA FFI handlers; on other
+platforms they lower to their pure-JAX definitions.
+"""
+
+from jax_aclnn._ffi import load_cann, reset_runtime_stats, runtime_stats
+from jax_aclnn.nn import batch_norm, hardshrink, logit, silu, smooth_l1_loss, swish
+from jax_aclnn.ops import (
+    batch_norm_reduce_backward,
+    hardshrink_backward,
+    logit_grad,
+    smooth_l1_loss_backward,
+    swish_backward,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "batch_norm",
+    "batch_norm_reduce_backward",
+    "hardshrink",
+    "hardshrink_backward",
+    "load_cann",
+    "logit",
+    "logit_grad",
+    "reset_runtime_stats",
+    "runtime_stats",
+    "silu",
+    "smooth_l1_loss",
+    "smooth_l1_loss_backward",
+    "swish",
+    "swish_backward",
+]

@@ -1,0 +1,120 @@
+"""Loading of the compiled extension, FFI target registration and runtime
+introspection (API.md section 3).
+
+The nanobind module ``_aclnn_ffi`` holds the XLA FFI handlers. They reach an
+aclnn provider only through ``dlopen``: the bundled host provider
+(``libaclnn_host.so``, beside this file) serves JAX's ``"cpu"`` platform, and
+CANN's libraries serve the Ascend NPU platform, loaded on first use.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from jax_aclnn import _aclnn_ffi
+
+#: Directory of the compiled extension and the host provider library.
+PACKAGE_DIR = Path(__file__).resolve().parent
+#: The bundled host aclnn provider.
+HOST_PROVIDER_LIBRARY = PACKAGE_DIR / "libaclnn_host.so"
+
+#: Environment variable naming the Ascend PJRT plugin's platform.
+NPU_PLATFORM_ENV = "JAX_ACLNN_NPU_PLATFORM"
+#: Name of the FFI state type (the per-call-site executor cache).
+STATE_TYPE_NAME = "jax_aclnn.CallState"
+
+
+def npu_platform() -> str:
+    """The Ascend PJRT plugin's platform name: ``$JAX_ACLNN_NPU_PLATFORM`` or ``"npu"``."""
+    return os.environ.get(NPU_PLATFORM_ENV, "npu")
+
+
+def handler_platforms() -> tuple[str, ...]:
+    """The JAX platforms on which jax_aclnn operators run as aclnn custom calls."""
+    return ("cpu", npu_platform())
+
+
+def _register() -> None:
+    _aclnn_ffi.load_host_provider(str(HOST_PROVIDER_LIBRARY))
+    npu = npu_platform()
+    for platform in ("cpu", npu):
+        # jaxlib registers queued handlers before queued types when a backend
+        # starts, so start it first: then the type is registered at once.
+        # For a platform whose plugin is absent, registration only queues the
+        # type and the targets in jaxlib; it is harmless.
+        try:
+            jax.devices(platform)
+        except RuntimeError:
+            pass
+        jax.ffi.register_ffi_type(STATE_TYPE_NAME, _aclnn_ffi.state_type(), platform=platform)
+    for target, per_platform in _aclnn_ffi.registrations().items():
+        jax.ffi.register_ffi_target(target, per_platform["cpu"], platform="cpu")
+        jax.ffi.register_ffi_target(target, per_platform["npu"], platform=npu)
+
+
+_register()
+
+
+def load_cann(path: str | os.PathLike[str] | None = None) -> str:
+    """Loads the CANN aclnn libraries that serve the NPU platform.
+
+    The libraries ``libopapi.so`` (operators), ``libnnopbase.so`` (descriptors
+    and executors) and ``libascendcl.so`` (runtime) are looked up in
+    ``lib64/`` then ``lib/`` under ``path`` if given, else under
+    ``$ASCEND_HOME_PATH``, else under ``/usr/local/Ascend/ascend-toolkit/latest``;
+    never in the working directory. The first NPU operator call does this
+    itself; calling it directly checks an install.
+
+    Args:
+      path: the CANN toolkit root (the directory holding ``lib64``).
+
+    Returns:
+      The directory the libraries were loaded from.
+
+    Raises:
+      RuntimeError: naming every location searched and the library missing
+        there, or a library that could not be loaded.
+    """
+    root = None if path is None else os.path.abspath(os.fspath(path))
+    return _aclnn_ffi.load_cann(root)
+
+
+def default_cann_roots() -> list[str]:
+    """Where :func:`load_cann` looks when given no path, in order."""
+    return list(_aclnn_ffi.default_cann_roots())
+
+
+def provider() -> str:
+    """The aclnn implementation serving the CPU: ``"host"`` or a CANN library directory."""
+    origin = _aclnn_ffi.cpu_provider()
+    kind, _, where = origin.partition(":")
+    return "host" if kind == "host" else where
+
+
+def runtime_stats() -> dict[str, Any]:
+    """Counts of what the FFI handlers did through the aclnn interface.
+
+    Returns:
+      ``{"calls": {aclnn operator: {"get_workspace_size": int, "execute": int}},
+      "live_tensors": int, "live_executors": int, "provider": str}``.
+      ``calls`` count since import or :func:`reset_runtime_stats`;
+      ``live_tensors`` (aclTensor and aclScalar descriptors created and not
+      yet destroyed) and ``live_executors`` (executors created and not yet
+      consumed or destroyed) are live counts, never reset. Call-site
+      executors are kept for executor reuse and are destroyed when the
+      compiled program is freed (``jax.clear_caches()`` and garbage
+      collection). ``provider`` is ``"host"`` for the bundled host provider,
+      else the CANN library directory.
+    """
+    stats = dict(_aclnn_ffi.stats())
+    stats["provider"] = provider()
+    return stats
+
+
+def reset_runtime_stats() -> None:
+    """Resets the per-operator call counts of :func:`runtime_stats` (not the live counts)."""
+    _aclnn_ffi.reset_stats()

@@ -1,0 +1,123 @@
+"""The machinery every operator shares: one class per aclnn operator holds
+all JAX needs to know about it (abstract evaluation, the pure-JAX reference,
+the custom-call lowering, the batching rule); this base class registers them.
+
+Lowering: on the platforms with a jax_aclnn FFI handler (``"cpu"`` and the
+NPU platform) the primitive becomes one XLA typed-FFI custom call; on every
+other platform it lowers to its pure-JAX reference, so user code runs
+anywhere. ``JAX_ACLNN_REFERENCE`` forces the reference path when a call is
+traced: ``all`` (or ``1``), or a comma-separated list of operator names such
+as ``swish_backward,logit_grad``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import jax.numpy as jnp
+from jax.core import ShapedArray
+
+from jax_aclnn import _compat, _ffi
+
+REFERENCE_ENV = "JAX_ACLNN_REFERENCE"
+
+
+def reference_forced(name: str) -> bool:
+    """True when ``$JAX_ACLNN_REFERENCE`` selects the pure-JAX path for ``name``."""
+    value = os.environ.get(REFERENCE_ENV, "").strip().lower()
+    if value in ("", "0", "false", "no"):
+        return False
+    if value in ("1", "all", "true", "yes"):
+        return True
+    return name in {v.strip() for v in value.split(",")}
+
+
+class AclnnPrimitive:
+    """Base class: one subclass per aclnn operator.
+
+    Subclasses set ``name`` (the JAX primitive and public function name),
+    ``aclnn_name`` (the aclnn operator) and implement ``abstract_eval``,
+    ``reference``, ``ffi_attributes`` and ``batch``.
+    """
+
+    name: ClassVar[str]
+    aclnn_name: ClassVar[str]
+    multiple_results: ClassVar[bool] = False
+
+    def __init__(self) -> None:
+        self.target = "aclnn_" + self.name
+        p = _compat.Primitive(self.name)
+        p.multiple_results = self.multiple_results
+        p.def_impl(lambda *args, **params: _compat.apply_primitive(p, *args, **params))
+        p.def_abstract_eval(self.abstract_eval)
+        _compat.register_lowering(p, self._lower)
+        _compat.primitive_batchers[p] = self.batch
+        self.primitive = p
+
+    # --- to implement -----------------------------------------------------
+    def abstract_eval(self, *avals: ShapedArray, **params: Any) -> Any:
+        raise NotImplementedError
+
+    def reference(self, *args: Any, **params: Any) -> Any:
+        """The pure-JAX definition (same arguments and results as the primitive)."""
+        raise NotImplementedError
+
+    def ffi_attributes(self, **params: Any) -> dict[str, Any]:
+        """The custom call's attributes (numpy scalars of the handler's types)."""
+        raise NotImplementedError
+
+    def batch(self, args: Sequence[Any], dims: Sequence[Any], **params: Any) -> Any:
+        raise NotImplementedError
+
+    # --- shared -------------------------------------------------------------
+    def bind(self, *args: Any, **params: Any) -> Any:
+        if reference_forced(self.name):
+            return self.reference(*args, **params)
+        return self.primitive.bind(*args, **params)
+
+    def _lower_ffi(self, ctx: Any, *args: Any, **params: Any) -> Any:
+        return _compat.ffi_lowering(self.target)(ctx, *args, **self.ffi_attributes(**params))
+
+    def _lower(self, ctx: Any, *args: Any, **params: Any) -> Any:
+        rules = {platform: self._lower_ffi for platform in _ffi.handler_platforms()}
+        reference = _compat.lower_fun(self.reference, multiple_results=self.multiple_results)
+        return _compat.lower_per_platform(ctx, self.name, rules, reference, set(), *args, **params)
+
+
+# --- batching helpers shared by the element-wise operators ---------------
+
+
+def batch_size(args: Sequence[Any], dims: Sequence[Any]) -> int:
+    return next(a.shape[d] for a, d in zip(args, dims) if d is not _compat.not_mapped)
+
+
+def batch_broadcasting(args: Sequence[Any], dims: Sequence[Any]) -> list[Any]:
+    """Operands of a broadcasting operator with the batch axis in front.
+
+    Mapped operands get their batch axis moved to 0 and size-1 axes after it
+    up to the largest per-example rank, so that numpy broadcasting still
+    aligns the per-example axes; unmapped operands broadcast as they are.
+    The result has the batch axis at 0.
+    """
+    size = batch_size(args, dims)
+    rank = max(a.ndim - (d is not _compat.not_mapped) for a, d in zip(args, dims))
+    out = []
+    for a, d in zip(args, dims):
+        if d is not _compat.not_mapped:
+            a = jnp.moveaxis(a, d, 0)
+            a = a.reshape((size,) + (1,) * (rank - a.ndim + 1) + a.shape[1:])
+        out.append(a)
+    return out
+
+
+def batch_same_shape(args: Sequence[Any], dims: Sequence[Any]) -> list[Any]:
+    """Operands of a same-shape operator, all with the batch axis at 0."""
+    size = batch_size(args, dims)
+    return [
+        jnp.broadcast_to(a, (size,) + a.shape)
+        if d is _compat.not_mapped
+        else jnp.moveaxis(a, d, 0)
+        for a, d in zip(args, dims)
+    ]

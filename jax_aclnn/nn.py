@@ -1,0 +1,351 @@
+"""Differentiable forward operators (API.md section 2).
+
+Each is a ``jax.custom_vjp`` function: the forward is plain ``jax.numpy``
+(XLA fuses it), the backward runs the matching aclnn operator of
+:mod:`jax_aclnn.ops` as one XLA FFI custom call. Forward values follow
+``torch.nn.functional`` of the same name; half-precision inputs are computed
+in float32 and returned in their own dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_aclnn import _checks
+from jax_aclnn.ops import (
+    batch_norm_reduce_backward,
+    hardshrink_backward,
+    logit_grad,
+    smooth_l1_loss_backward,
+    swish_backward,
+)
+from jax_aclnn.ops.smooth_l1_loss_backward import REDUCTIONS, reduction_code
+
+
+def _sum_to_shape(a: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """Sums a broadcast result back to an operand's shape."""
+    lead = a.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, n in enumerate(shape) if n == 1 and a.shape[lead + i] != 1
+    )
+    return a.sum(axes).reshape(shape) if axes else a
+
+
+# --- smooth L1 ------------------------------------------------------------
+
+
+def smooth_l1_loss(
+    input: Any,  # noqa: A002 - PyTorch argument name
+    target: Any,
+    *,
+    reduction: str | int = "mean",
+    beta: float = 1.0,
+) -> jax.Array:
+    """Smooth L1 (Huber / beta) loss; the backward runs aclnnSmoothL1LossBackward.
+
+    With ``d = input - target``: ``0.5 * d**2 / beta`` where ``|d| < beta``,
+    else ``|d| - 0.5 * beta`` (``beta = 0``: ``|d|``), then reduced
+    (``torch.nn.functional.smooth_l1_loss``). Differentiable in both
+    ``input`` and ``target``, which broadcast together.
+
+    Args:
+      input: predictions.
+      target: targets.
+      reduction: ``"none"``, ``"mean"`` or ``"sum"`` (or 0, 1, 2).
+      beta: the L1/L2 switch point, >= 0.
+
+    Returns:
+      The loss: a scalar for ``"mean"``/``"sum"``, else the broadcast shape.
+
+    Raises:
+      TypeError: unsupported or differing dtypes.
+      ValueError: shapes do not broadcast, ``beta < 0``, unknown reduction.
+    """
+    op = "smooth_l1_loss"
+    x, y = _checks.float_arrays(op, input=input, target=target)
+    _checks.broadcast_shape(op, ("input", "target"), (x, y))
+    beta = _checks.real_number(op, "beta", beta)
+    if not beta >= 0:
+        raise ValueError(f"{op}: beta must be >= 0, got {beta}")
+    return _smooth_l1_loss(x, y, reduction_code(op, reduction), beta)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def _smooth_l1_loss(x, y, reduction, beta):
+    d = x.astype(jnp.float32) - y.astype(jnp.float32)
+    ad = jnp.abs(d)
+    loss = jnp.where(ad < beta, 0.5 * d * d / (beta if beta > 0 else 1.0), ad - 0.5 * beta)
+    if reduction == REDUCTIONS["mean"]:
+        loss = loss.mean()
+    elif reduction == REDUCTIONS["sum"]:
+        loss = loss.sum()
+    return loss.astype(x.dtype)
+
+
+def _smooth_l1_loss_fwd(x, y, reduction, beta):
+    return _smooth_l1_loss(x, y, reduction, beta), (x, y)
+
+
+def _smooth_l1_loss_bwd(reduction, beta, res, g):
+    x, y = res
+    shape = np.broadcast_shapes(x.shape, y.shape)
+    # The kernel's "mean" divides by its input's size: give it the broadcast
+    # input so that it matches the forward mean.
+    grad = smooth_l1_loss_backward(
+        g, jnp.broadcast_to(x, shape), y, reduction=reduction, beta=beta
+    )
+    return _sum_to_shape(grad, x.shape), _sum_to_shape(-grad, y.shape)
+
+
+_smooth_l1_loss.defvjp(_smooth_l1_loss_fwd, _smooth_l1_loss_bwd)
+
+
+# --- logit ----------------------------------------------------------------
+
+
+def logit(x: Any, eps: float | None = None) -> jax.Array:
+    """``log(z / (1 - z))`` with ``z = x``, or ``clip(x, eps, 1 - eps)`` when ``eps`` is given.
+
+    ``torch.logit``; the backward runs aclnnLogitGrad (gradient 0 outside
+    ``[eps, 1 - eps]`` when ``eps`` is given).
+
+    Raises:
+      TypeError: unsupported dtype.
+    """
+    (xa,) = _checks.float_arrays("logit", x=x)
+    e = None if eps is None else _checks.real_number("logit", "eps", eps)
+    return _logit(xa, e)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _logit(x, eps):
+    z = x.astype(jnp.float32)
+    if eps is not None:
+        z = jnp.clip(z, eps, 1.0 - eps)
+    return jnp.log(z / (1.0 - z)).astype(x.dtype)
+
+
+def _logit_fwd(x, eps):
+    return _logit(x, eps), x
+
+
+def _logit_bwd(eps, x, g):
+    return (logit_grad(x, g, eps=-1.0 if eps is None else eps),)
+
+
+_logit.defvjp(_logit_fwd, _logit_bwd)
+
+
+# --- hardshrink -------------------------------------------------------------
+
+
+def hardshrink(x: Any, lambd: float = 0.5) -> jax.Array:
+    """``x`` where ``|x| > lambd``, else 0 (``torch.nn.functional.hardshrink``).
+
+    The backward runs aclnnHardshrinkBackward.
+
+    Raises:
+      TypeError: unsupported dtype.
+    """
+    (xa,) = _checks.float_arrays("hardshrink", x=x)
+    return _hardshrink(xa, _checks.real_number("hardshrink", "lambd", lambd))
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _hardshrink(x, lambd):
+    return jnp.where(jnp.abs(x) > lambd, x, jnp.zeros((), x.dtype))
+
+
+def _hardshrink_fwd(x, lambd):
+    return _hardshrink(x, lambd), x
+
+
+def _hardshrink_bwd(lambd, x, g):
+    return (hardshrink_backward(g, x, lambd=lambd),)
+
+
+_hardshrink.defvjp(_hardshrink_fwd, _hardshrink_bwd)
+
+
+# --- swish / silu -------------------------------------------------------------
+
+
+def swish(x: Any, beta: float = 1.0) -> jax.Array:
+    """``x * sigmoid(beta * x)``; the backward runs aclnnSwishBackward.
+
+    Raises:
+      TypeError: unsupported dtype.
+    """
+    (xa,) = _checks.float_arrays("swish", x=x)
+    return _swish(xa, _checks.real_number("swish", "beta", beta))
+
+
+def silu(x: Any) -> jax.Array:
+    """``x * sigmoid(x)`` (``torch.nn.functional.silu``): ``swish(x, 1.0)``."""
+    return swish(x, 1.0)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _swish(x, beta):
+    xf = x.astype(jnp.float32)
+    return (xf * jax.nn.sigmoid(beta * xf)).astype(x.dtype)
+
+
+def _swish_fwd(x, beta):
+    return _swish(x, beta), x
+
+
+def _swish_bwd(beta, x, g):
+    return (swish_backward(g, x, beta=beta),)
+
+
+_swish.defvjp(_swish_fwd, _swish_bwd)
+
+
+# --- batch norm -------------------------------------------------------------
+
+
+def batch_norm(
+    x: Any,
+    weight: Any | None = None,
+    bias: Any | None = None,
+    *,
+    channel_axis: int = -1,
+    eps: float = 1e-5,
+    axis_name: Any | None = None,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Training-mode batch normalization; the backward runs aclnnBatchNormReduceBackward.
+
+    Statistics run over every axis except ``channel_axis`` (biased variance):
+    ``y = (x - mean) / sqrt(var + eps) * weight + bias``. Any channel axis
+    works without transposes: the backward views ``x`` as ``(outer, C,
+    inner)``, which puts the channel at dim 1 for the aclnn operator. With
+    ``axis_name`` the statistics and the backward sums run across that
+    mapped axis too (synchronized batch norm under ``shard_map``/``pmap``).
+
+    Args:
+      x: input of rank >= 2.
+      weight: scale of shape ``(C,)``, or None.
+      bias: shift of shape ``(C,)``, or None.
+      channel_axis: the channel axis of ``x``.
+      eps: added to the variance.
+      axis_name: a mapped axis name (or tuple) to synchronize over.
+
+    Returns:
+      ``(y, batch_mean, batch_var)``; ``y`` like ``x``, the statistics of
+      shape ``(C,)`` in x's dtype, carrying no gradient (for running averages).
+
+    Raises:
+      TypeError: unsupported or differing dtypes.
+      ValueError: ``x`` of rank < 2, a bad ``channel_axis``, or weight/bias
+        not of shape ``(C,)``.
+    """
+    op = "batch_norm"
+    tensors = {"x": x}
+    if weight is not None:
+        tensors["weight"] = weight
+    if bias is not None:
+        tensors["bias"] = bias
+    arrays = dict(zip(tensors, _checks.float_arrays(op, **tensors)))
+    xa = arrays["x"]
+    if xa.ndim < 2:
+        raise ValueError(f"{op}: x must have rank >= 2, got shape {xa.shape}")
+    if not -xa.ndim <= channel_axis < xa.ndim:
+        raise ValueError(f"{op}: channel_axis {channel_axis} is out of range for shape {xa.shape}")
+    axis = channel_axis % xa.ndim
+    channels = xa.shape[axis]
+    for name in ("weight", "bias"):
+        if name in arrays and arrays[name].shape != (channels,):
+            raise ValueError(
+                f"{op}: {name} must have shape ({channels},) for x of shape {xa.shape} "
+                f"with channel_axis={channel_axis}; got {arrays[name].shape}"
+            )
+    return _batch_norm(
+        xa, arrays.get("weight"), arrays.get("bias"), axis, float(eps), axis_name
+    )
+
+
+def _bn_statistics(x, axis, axis_name):
+    """Mean and biased variance (float32, shape (C,)) and the element count per channel."""
+    axes = tuple(i for i in range(x.ndim) if i != axis)
+    xf = x.astype(jnp.float32)
+    count = math.prod(x.shape[i] for i in axes)
+    total = xf.sum(axes)
+    if axis_name is not None:
+        count = jax.lax.psum(count, axis_name)
+        total = jax.lax.psum(total, axis_name)
+    mean = total / count
+    centered = xf - _channel(mean, x.ndim, axis)
+    sq = (centered * centered).sum(axes)
+    if axis_name is not None:
+        sq = jax.lax.psum(sq, axis_name)
+    return mean, sq / count, count
+
+
+def _channel(v, ndim, axis):
+    """A (C,) vector shaped to broadcast along ``axis``."""
+    return v.reshape((1,) * axis + (-1,) + (1,) * (ndim - axis - 1))
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _batch_norm(x, weight, bias, axis, eps, axis_name):
+    return _batch_norm_fwd(x, weight, bias, axis, eps, axis_name)[0]
+
+
+def _batch_norm_fwd(x, weight, bias, axis, eps, axis_name):
+    mean, var, count = _bn_statistics(x, axis, axis_name)
+    invstd = jax.lax.rsqrt(var + eps)
+    y = (x.astype(jnp.float32) - _channel(mean, x.ndim, axis)) * _channel(invstd, x.ndim, axis)
+    if weight is not None:
+        y = y * _channel(weight.astype(jnp.float32), x.ndim, axis)
+    if bias is not None:
+        y = y + _channel(bias.astype(jnp.float32), x.ndim, axis)
+    out = (y.astype(x.dtype), mean.astype(x.dtype), var.astype(x.dtype))
+    return out, (x, weight, bias, mean, invstd, jnp.float32(count))
+
+
+def _batch_norm_bwd(axis, eps, axis_name, res, cts):
+    x, weight, bias, mean, invstd, count = res
+    gy = cts[0]
+    dtype = x.dtype
+    outer = math.prod(x.shape[:axis])
+    inner = math.prod(x.shape[axis + 1 :])
+    channels = x.shape[axis]
+    as3 = lambda a: a.reshape(outer, channels, inner)  # noqa: E731
+    sum_dy, sum_dy_xmu, grad_weight, grad_bias = batch_norm_reduce_backward(
+        as3(gy),
+        as3(x),
+        mean.astype(dtype),
+        invstd.astype(dtype),
+        weight,
+        input_g=True,
+        weight_g=weight is not None,
+        bias_g=bias is not None,
+    )
+    sum_dy = sum_dy.astype(jnp.float32)
+    sum_dy_xmu = sum_dy_xmu.astype(jnp.float32)
+    if axis_name is not None:
+        # SyncBatchNorm: the element-wise step needs the global sums.
+        sum_dy, sum_dy_xmu = jax.lax.psum((sum_dy, sum_dy_xmu), axis_name)
+        if grad_weight is not None:
+            grad_weight = (sum_dy_xmu * invstd).astype(dtype)
+        if grad_bias is not None:
+            grad_bias = sum_dy.astype(dtype)
+    scale = invstd if weight is None else invstd * weight.astype(jnp.float32)
+    ch = lambda v: _channel(v, x.ndim, axis)  # noqa: E731
+    xmu = x.astype(jnp.float32) - ch(mean)
+    grad_x = (
+        gy.astype(jnp.float32)
+        - ch(sum_dy / count)
+        - xmu * ch(invstd * invstd * sum_dy_xmu / count)
+    ) * ch(scale)
+    return grad_x.astype(dtype), grad_weight, grad_bias
+
+
+_batch_norm.defvjp(_batch_norm_fwd, _batch_norm_bwd)

@@ -1,0 +1,15 @@
+"""The five aclnn backward operators (API.md section 1), one module each."""
+
+from jax_aclnn.ops.batch_norm_reduce_backward import batch_norm_reduce_backward
+from jax_aclnn.ops.hardshrink_backward import hardshrink_backward
+from jax_aclnn.ops.logit_grad import logit_grad
+from jax_aclnn.ops.smooth_l1_loss_backward import smooth_l1_loss_backward
+from jax_aclnn.ops.swish_backward import swish_backward
+
+__all__ = [
+    "batch_norm_reduce_backward",
+    "hardshrink_backward",
+    "logit_grad",
+    "smooth_l1_loss_backward",
+    "swish_backward",
+]

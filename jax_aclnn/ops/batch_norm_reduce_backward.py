@@ -1,0 +1,161 @@
+"""aclnnBatchNormReduceBackward: the per-channel reductions of the batch-norm backward."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.core import ShapedArray
+
+from jax_aclnn import _checks
+from jax_aclnn._compat import not_mapped
+from jax_aclnn._primitive import AclnnPrimitive, batch_size
+
+#: Output names, in aclnn order.
+OUTPUTS = ("sum_dy", "sum_dy_xmu", "grad_weight", "grad_bias")
+
+
+def _wanted(input_g: bool, weight_g: bool, bias_g: bool) -> tuple[bool, ...]:
+    return (input_g, input_g, weight_g, bias_g)
+
+
+class BatchNormReduceBackward(AclnnPrimitive):
+    """Operands: grad_out, input (N, C, ...), mean, invstd, weight (C,).
+
+    ``weight`` is a zero-sized placeholder when ``has_weight`` is False;
+    outputs whose mask flag is off are zero-sized placeholders.
+    """
+
+    name = "batch_norm_reduce_backward"
+    aclnn_name = "aclnnBatchNormReduceBackward"
+    multiple_results = True
+
+    def abstract_eval(self, g, x, mean, invstd, weight, *, has_weight, input_g, weight_g, bias_g):
+        channels = x.shape[1]
+        return [
+            ShapedArray((channels if w else 0,), x.dtype)
+            for w in _wanted(input_g, weight_g, bias_g)
+        ]
+
+    def reference(self, g, x, mean, invstd, weight, *, has_weight, input_g, weight_g, bias_g):
+        axes = (0,) + tuple(range(2, x.ndim))
+        bshape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+        gf = g.astype(jnp.float32)
+        xmu = x.astype(jnp.float32) - mean.astype(jnp.float32).reshape(bshape)
+        sum_dy = gf.sum(axes)
+        sum_dy_xmu = (gf * xmu).sum(axes)
+        values = (sum_dy, sum_dy_xmu, sum_dy_xmu * invstd.astype(jnp.float32), sum_dy)
+        return [
+            v.astype(x.dtype) if w else jnp.zeros((0,), x.dtype)
+            for v, w in zip(values, _wanted(input_g, weight_g, bias_g))
+        ]
+
+    def ffi_attributes(self, *, has_weight, input_g, weight_g, bias_g):
+        return {
+            "has_weight": bool(has_weight),
+            "input_g": bool(input_g),
+            "weight_g": bool(weight_g),
+            "bias_g": bool(bias_g),
+        }
+
+    def batch(self, args, dims, **params):
+        # Fold the mapped axis into the channel axis: the example axis moves
+        # next to the channels, (N, B, C, ...) -> (N, B*C, ...), so one call
+        # computes every example's per-channel sums.
+        size = batch_size(args, dims)
+        g, x, mean, invstd, weight = args
+        gd, xd, md, sd, wd = dims
+
+        def fold_data(a, d):
+            a = jnp.broadcast_to(a, (size,) + a.shape) if d is not_mapped else jnp.moveaxis(a, d, 0)
+            a = jnp.moveaxis(a, 0, 1)
+            return a.reshape((a.shape[0], size * a.shape[2]) + a.shape[3:])
+
+        def fold_channels(a, d):
+            a = jnp.broadcast_to(a, (size,) + a.shape) if d is not_mapped else jnp.moveaxis(a, d, 0)
+            return a.reshape(-1)
+
+        outs = self.bind(
+            fold_data(g, gd),
+            fold_data(x, xd),
+            fold_channels(mean, md),
+            fold_channels(invstd, sd),
+            fold_channels(weight, wd) if params["has_weight"] else weight,  # placeholder
+            **params,
+        )
+        result, out_dims = [], []
+        for o in outs:
+            if o.shape[0] == 0:
+                result.append(o)
+                out_dims.append(not_mapped)
+            else:
+                result.append(o.reshape(size, -1))
+                out_dims.append(0)
+        return result, out_dims
+
+
+_op = BatchNormReduceBackward()
+
+
+def batch_norm_reduce_backward(
+    grad_out: Any,
+    input: Any,  # noqa: A002 - PyTorch/aclnn argument name
+    mean: Any,
+    invstd: Any,
+    weight: Any | None,
+    *,
+    input_g: bool = True,
+    weight_g: bool = True,
+    bias_g: bool = True,
+) -> tuple[jax.Array | None, jax.Array | None, jax.Array | None, jax.Array | None]:
+    """Per-channel reductions of the batch-norm backward (aclnnBatchNormReduceBackward).
+
+    The channel axis is dim 1 (aclnn/PyTorch layout); sums run over every
+    other axis: ``sum_dy = sum(g)``, ``sum_dy_xmu = sum(g * (x - mean))``,
+    ``grad_weight = sum_dy_xmu * invstd``, ``grad_bias = sum_dy``. These are
+    sums, not means, as in ATen's ``batch_norm_backward_reduce``. Half-precision
+    inputs are accumulated in float32.
+
+    Args:
+      grad_out: gradient of the batch-norm output, shape ``(N, C, ...)``.
+      input: the batch-norm input, same shape as ``grad_out``, rank 2 to 8,
+        ``C >= 1``.
+      mean: the per-channel mean used in the forward, shape ``(C,)``.
+      invstd: the per-channel ``1 / sqrt(var + eps)``, shape ``(C,)``.
+      weight: the scale, shape ``(C,)``, or None (ones).
+      input_g: compute ``sum_dy`` and ``sum_dy_xmu``.
+      weight_g: compute ``grad_weight``.
+      bias_g: compute ``grad_bias``.
+
+    Returns:
+      ``(sum_dy, sum_dy_xmu, grad_weight, grad_bias)``, each of shape ``(C,)``
+      in the input dtype, or None where its mask flag is False.
+
+    Raises:
+      TypeError: a tensor is not float32/float16/bfloat16, or dtypes differ.
+      ValueError: shapes break the rule above.
+    """
+    op = _op.name
+    tensors = {"grad_out": grad_out, "input": input, "mean": mean, "invstd": invstd}
+    if weight is not None:
+        tensors["weight"] = weight
+    arrays = _checks.float_arrays(op, **tensors)
+    g, x, m, s = arrays[:4]
+    if x.ndim < 2:
+        raise ValueError(f"{op}: input must have rank 2 to 8, got shape {x.shape}")
+    _checks.same_shape(op, ("grad_out", "input"), (g, x))
+    channels = x.shape[1]
+    if channels < 1:
+        raise ValueError(f"{op}: input needs C >= 1 channels (dim 1), got shape {x.shape}")
+    for name, a in zip(tensors, arrays):
+        if name in ("mean", "invstd", "weight") and a.shape != (channels,):
+            raise ValueError(
+                f"{op}: {name} must have shape ({channels},) for input of shape "
+                f"{x.shape}; got {a.shape}"
+            )
+    w = arrays[4] if weight is not None else jnp.zeros((0,), x.dtype)
+    masks = {"input_g": bool(input_g), "weight_g": bool(weight_g), "bias_g": bool(bias_g)}
+    outs = _op.bind(g, x, m, s, w, has_weight=weight is not None, **masks)
+    wanted = _wanted(**masks)
+    return tuple(o if keep else None for o, keep in zip(outs, wanted))  # type: ignore[return-value]

@@ -1,0 +1,62 @@
+"""aclnnHardshrinkBackward: the gradient of hard shrinkage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.core import ShapedArray
+
+from jax_aclnn import _checks
+from jax_aclnn._primitive import AclnnPrimitive, batch_broadcasting
+
+
+class HardshrinkBackward(AclnnPrimitive):
+    name = "hardshrink_backward"
+    aclnn_name = "aclnnHardshrinkBackward"
+
+    def abstract_eval(self, g, x, *, lambd):
+        return ShapedArray(np.broadcast_shapes(g.shape, x.shape), x.dtype)
+
+    def reference(self, g, x, *, lambd):
+        shape = np.broadcast_shapes(g.shape, x.shape)
+        keep = jnp.abs(x.astype(jnp.float32)) <= np.float32(max(lambd, 0.0))
+        out = jnp.where(keep, jnp.zeros((), x.dtype), g.astype(x.dtype))
+        return jnp.broadcast_to(out, shape)
+
+    def ffi_attributes(self, *, lambd):
+        return {"lambd": np.float32(lambd)}
+
+    def batch(self, args, dims, *, lambd):
+        g, x = batch_broadcasting(args, dims)
+        return self.bind(g, x, lambd=lambd), 0
+
+
+_op = HardshrinkBackward()
+
+
+def hardshrink_backward(grad_output: Any, input: Any, *, lambd: float = 0.5) -> jax.Array:  # noqa: A002
+    """Gradient of ``hardshrink`` with respect to its input (aclnnHardshrinkBackward).
+
+    0 where ``|input| <= lambd``, else ``grad_output`` (so a NaN input passes
+    the gradient through). A negative ``lambd`` counts as 0. Same formula as
+    ATen's ``hardshrink_backward``.
+
+    Args:
+      grad_output: the gradient of the forward output.
+      input: the forward input; broadcasts with ``grad_output``.
+      lambd: the shrinkage threshold.
+
+    Returns:
+      ``grad_input`` of the broadcast shape, in the inputs' dtype.
+
+    Raises:
+      TypeError: a tensor is not float32/float16/bfloat16, or dtypes differ.
+      ValueError: shapes do not broadcast, or rank above 8.
+    """
+    op = _op.name
+    g, x = _checks.float_arrays(op, grad_output=grad_output, input=input)
+    _checks.broadcast_shape(op, ("grad_output", "input"), (g, x))
+    return _op.bind(g, x, lambd=_checks.real_number(op, "lambd", lambd))
