@@ -32,13 +32,17 @@ def float_arrays(op: str, **args: Any) -> list[jax.Array]:
     """
     arrays = []
     for name, value in args.items():
+        # The dtype as given: jnp.asarray would silently turn float64 into
+        # float32 when x64 is off.
+        given = getattr(value, "dtype", None)
         try:
             a = jnp.asarray(value)
         except TypeError as e:
             raise TypeError(f"{op}: {name} is not an array: {e}") from None
-        if a.dtype not in SUPPORTED_DTYPES:
+        dtype = jnp.dtype(given) if given is not None else a.dtype
+        if dtype not in SUPPORTED_DTYPES:
             raise TypeError(
-                f"{op}: {name} has dtype {a.dtype}; supported dtypes are {_dtype_names()}"
+                f"{op}: {name} has dtype {dtype}; supported dtypes are {_dtype_names()}"
             )
         if a.ndim > MAX_RANK:
             raise ValueError(f"{op}: {name} has rank {a.ndim} (shape {a.shape}); at most 8")

@@ -1,14 +1,16 @@
 // XLA FFI handlers: one code path from an XLA buffer to an aclnn call.
 //
 // Every call: describe each buffer as an aclTensor (attributes as aclScalar
-// where the ABI wants one), aclnnXxxGetWorkspaceSize, workspace from XLA's
-// scratch allocator, aclnnXxx on the platform's stream, destroy the
-// descriptors. A call site (FFI state made at instantiation) keeps a
+// where the ABI wants one), aclnnXxxGetWorkspaceSize, a workspace (XLA's
+// scratch allocator on the NPU, a reused per-thread buffer on the CPU),
+// aclnnXxx on the platform's stream, destroy the descriptors. A call site (FFI state made at instantiation) keeps a
 // repeatable executor instead when the provider supports it, re-targeted at
 // each step's buffers, so steady-state steps run the execute phase only.
 #include "ffi/handlers.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <new>
 #include <array>
 #include <atomic>
 #include <memory>
@@ -183,14 +185,38 @@ ffi::Error GetWorkspaceSize(const Op& op, const AclnnApi& api, Descriptors& d,
   return ffi::Error::Success();
 }
 
+// Workspace sources. On the NPU: XLA's scratch allocator (device memory
+// owned by the framework for the duration of the call). XLA's CPU runtime
+// has no scratch allocator, so on the CPU: a per-thread buffer that grows
+// to the largest workspace seen and is reused, with no allocation per call.
+struct ScratchWorkspace {
+  ffi::ScratchAllocator& scratch;
+  void* operator()(uint64_t size) const {
+    std::optional<void*> ws = scratch.Allocate(size, 64);
+    return ws.value_or(nullptr);
+  }
+};
+
+struct HostWorkspace {
+  void* operator()(uint64_t size) const {
+    thread_local std::unique_ptr<std::byte[]> buffer;
+    thread_local uint64_t capacity = 0;
+    if (size > capacity) {
+      buffer.reset(new (std::nothrow) std::byte[size]);
+      capacity = buffer ? size : 0;
+    }
+    return buffer.get();
+  }
+};
+
 // The second phase; a one-shot executor is consumed by it.
-template <typename Op>
+template <typename Op, typename Workspace>
 ffi::Error Execute(const AclnnApi& api, aclOpExecutor* executor, uint64_t workspace_size,
-                   bool consumed, aclrtStream stream, ffi::ScratchAllocator& scratch) {
+                   bool consumed, aclrtStream stream, const Workspace& allocate) {
   void* workspace = nullptr;
   if (workspace_size > 0) {
-    std::optional<void*> ws = scratch.Allocate(workspace_size, 64);
-    if (!ws.has_value()) {
+    workspace = allocate(workspace_size);
+    if (workspace == nullptr) {
       if (consumed && api.supports_executor_reuse) {  // release the unexecuted executor
         api.aclSetAclOpExecutorRepeatable(executor);
         api.aclDestroyAclOpExecutor(executor);
@@ -200,7 +226,6 @@ ffi::Error Execute(const AclnnApi& api, aclOpExecutor* executor, uint64_t worksp
                         std::string(kAclnnOpNames[Op::kId]) + ": cannot allocate a workspace of " +
                             std::to_string(workspace_size) + " bytes");
     }
-    workspace = *ws;
   }
   Count(Stats().calls[Op::kId].execute);
   aclnnStatus st = (api.*Op::kExecute)(workspace, workspace_size, executor, stream);
@@ -209,9 +234,9 @@ ffi::Error Execute(const AclnnApi& api, aclOpExecutor* executor, uint64_t worksp
   return ffi::Error::Success();
 }
 
-template <typename Op>
+template <typename Op, typename Workspace>
 ffi::Error RunOneShot(const Op& op, const AclnnApi& api, aclrtStream stream,
-                      ffi::ScratchAllocator& scratch,
+                      const Workspace& workspace,
                       const Buffers<Op::kNumInputs, Op::kNumOutputs>& b) {
   Descriptors d;
   aclTensor* in[kMaxInputs];
@@ -219,13 +244,13 @@ ffi::Error RunOneShot(const Op& op, const AclnnApi& api, aclrtStream stream,
   uint64_t ws = 0;
   aclOpExecutor* ex = nullptr;
   if (ffi::Error e = GetWorkspaceSize(op, api, d, b, in, out, &ws, &ex); e.failure()) return e;
-  return Execute<Op>(api, ex, ws, /*consumed=*/true, stream, scratch);
+  return Execute<Op>(api, ex, ws, /*consumed=*/true, stream, workspace);
 }
 
 // Uses (or first creates) the call site's repeatable executor.
-template <typename Op>
+template <typename Op, typename Workspace>
 ffi::Error RunCached(const Op& op, const AclnnApi& api, aclrtStream stream,
-                     ffi::ScratchAllocator& scratch, CallState& s,
+                     const Workspace& workspace, CallState& s,
                      const Buffers<Op::kNumInputs, Op::kNumOutputs>& b) {
   if (s.executor == nullptr) {
     aclOpExecutor* ex = nullptr;
@@ -235,7 +260,7 @@ ffi::Error RunCached(const Op& op, const AclnnApi& api, aclrtStream stream,
       return e;
     if (api.aclSetAclOpExecutorRepeatable(ex) != ACLNN_SUCCESS) {
       s.refused = true;
-      ffi::Error e = Execute<Op>(api, ex, s.workspace_size, /*consumed=*/true, stream, scratch);
+      ffi::Error e = Execute<Op>(api, ex, s.workspace_size, /*consumed=*/true, stream, workspace);
       s.descriptors.Reset();
       return e;
     }
@@ -255,18 +280,18 @@ ffi::Error RunCached(const Op& op, const AclnnApi& api, aclrtStream stream,
         return StatusError(api, "aclSetOutputTensorAddr", st);
     }
   }
-  return Execute<Op>(api, s.executor, s.workspace_size, /*consumed=*/false, stream, scratch);
+  return Execute<Op>(api, s.executor, s.workspace_size, /*consumed=*/false, stream, workspace);
 }
 
-template <typename Op>
+template <typename Op, typename Workspace>
 ffi::Error Run(const Op& op, const AclnnApi& api, aclrtStream stream,
-               ffi::ScratchAllocator& scratch, CallState* state,
+               const Workspace& workspace, CallState* state,
                const Buffers<Op::kNumInputs, Op::kNumOutputs>& b) {
   const bool reusable = state != nullptr && api.supports_executor_reuse && !state->refused &&
                         (state->api == nullptr || state->api == &api);
   if (!reusable || state->busy.exchange(true, std::memory_order_acquire))
-    return RunOneShot(op, api, stream, scratch, b);
-  ffi::Error e = RunCached(op, api, stream, scratch, *state, b);
+    return RunOneShot(op, api, stream, workspace, b);
+  ffi::Error e = RunCached(op, api, stream, workspace, *state, b);
   state->busy.store(false, std::memory_order_release);
   return e;
 }
@@ -300,7 +325,7 @@ void PoolParallelFor(void* pool, int64_t num_tasks, void (*fn)(void*, int64_t), 
 // Platform entry: the CPU runs the host provider with XLA's thread pool as
 // its stream; the NPU runs CANN on the PJRT platform stream.
 template <typename Op>
-ffi::Error Dispatch(ffi::ThreadPool pool, ffi::ScratchAllocator& scratch, CallState* state,
+ffi::Error Dispatch(ffi::ThreadPool pool, ffi::ScratchAllocator&, CallState* state,
                     const Op& op, const Buffers<Op::kNumInputs, Op::kNumOutputs>& b) {
   const Provider& p = CpuProvider();
   if (p.api == nullptr)
@@ -308,7 +333,7 @@ ffi::Error Dispatch(ffi::ThreadPool pool, ffi::ScratchAllocator& scratch, CallSt
                       "jax_aclnn: the host aclnn provider is not loaded");
   JaxAclnnHostStream stream{JAX_ACLNN_HOST_STREAM_MAGIC,
                             std::max<int64_t>(1, pool.num_threads()), &pool, &PoolParallelFor};
-  return Run(op, *p.api, &stream, scratch, state, b);
+  return Run(op, *p.api, &stream, HostWorkspace{}, state, b);
 }
 
 template <typename Op>
@@ -317,7 +342,7 @@ ffi::Error Dispatch(void* npu_stream, ffi::ScratchAllocator& scratch, CallState*
   std::string error;
   const Provider* p = NpuProvider(&error);
   if (p == nullptr) return ffi::Error(ffi::ErrorCode::kFailedPrecondition, error);
-  return Run(op, *p->api, npu_stream, scratch, state, b);
+  return Run(op, *p->api, npu_stream, ScratchWorkspace{scratch}, state, b);
 }
 
 // ----- the five operators: argument order of the aclnn signatures -----

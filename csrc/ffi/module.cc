@@ -75,6 +75,16 @@ NB_MODULE(_aclnn_ffi, m) {
   m.def("route_cpu_through_cann", &RouteCpuThroughCann, nb::arg("enable"),
         "Testing: serve the CPU platform with the provider loaded by load_cann.");
   m.def("cpu_provider", [] { return CpuProvider().origin; });
+  m.def("build_info", [] {
+    std::string info = "compiler " __VERSION__ ", C++" + std::to_string(__cplusplus / 100 % 100);
+#ifdef NDEBUG
+    info += ", optimised (NDEBUG)";
+#else
+    info += ", debug (assertions on)";
+#endif
+    info += ", XLA FFI API " + std::to_string(XLA_FFI_API_MAJOR) + "." + std::to_string(XLA_FFI_API_MINOR);
+    return info;
+  });
 
   m.def("stats", [] {
     RuntimeStats& s = Stats();

@@ -1,0 +1,46 @@
+"""``python -m jax_aclnn info``: JAX version and platforms, which platforms
+have jax_aclnn handlers, the NPU platform name, whether CANN was found and
+where (or what was searched), the host provider library and the build."""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sysconfig
+
+import jax
+
+from jax_aclnn import __version__, _ffi
+
+
+def collect() -> dict[str, object]:
+    """The facts ``info`` prints, as a dict."""
+    try:
+        cann = f"found: {_ffi.load_cann()}"
+    except RuntimeError as e:
+        cann = f"not found ({e})"
+    platforms = sorted({d.platform for d in jax.devices()})
+    return {
+        "jax_aclnn": __version__,
+        "jax / jaxlib": f"{jax.__version__} / {jax.lib.__version__}",
+        "JAX platforms (devices)": ", ".join(f"{p} ({len(jax.devices(p))})" for p in platforms),
+        "platforms with aclnn handlers": ", ".join(_ffi.handler_platforms()),
+        "NPU platform name": f"{_ffi.npu_platform()} (${_ffi.NPU_PLATFORM_ENV} overrides)",
+        "CANN": cann,
+        "CPU aclnn provider": _ffi.provider(),
+        "host provider library": str(_ffi.HOST_PROVIDER_LIBRARY),
+        "build": _ffi._aclnn_ffi.build_info(),
+        "machine": f"{platform.machine()}, {platform.system()}, Python {sysconfig.get_python_version()}",
+    }
+
+
+def run(args: argparse.Namespace) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="jax_aclnn info", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for key, value in collect().items():
+        table.add_row(key, str(value))
+    Console().print(table)

@@ -1,0 +1,52 @@
+"""Shared helpers: random inputs rounded to the tested dtype, the float64
+values the kernel sees, and per-dtype tolerances."""
+
+from __future__ import annotations
+
+import gc
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+DTYPES = ["float32", "float16", "bfloat16"]
+
+
+def tolerance(dtype) -> float:
+    """rtol = atol = eps ** (2/3) of the dtype (as TransformerEngine's tests)."""
+    return float(jnp.finfo(jnp.dtype(dtype)).eps) ** (2 / 3)
+
+
+def as_dtype(values, dtype) -> jax.Array:
+    """A float64 numpy array rounded to ``dtype`` as a JAX array."""
+    return jnp.asarray(np.asarray(values, np.float64).astype(np.float32)).astype(dtype)
+
+
+def f64(a) -> np.ndarray:
+    """The values of an array (any dtype) as float64 numpy."""
+    return np.asarray(jnp.asarray(a).astype(jnp.float32), np.float64)
+
+
+def assert_close(actual, expected, dtype, scale: float = 1.0) -> None:
+    """Compares with the dtype's tolerance; NaN and inf must match exactly."""
+    tol = tolerance(dtype) * scale
+    actual = f64(actual)
+    expected = np.asarray(expected, np.float64)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    np.testing.assert_allclose(actual, expected, rtol=tol, atol=tol, equal_nan=True)
+
+
+@pytest.fixture
+def rng(request) -> np.random.Generator:
+    """Fresh random inputs each run; the seed is printed on failure."""
+    seed = np.random.SeedSequence().entropy % (2**32)
+    request.node.user_properties.append(("seed", seed))
+    print(f"seed={seed}")
+    return np.random.default_rng(seed)
+
+
+def free_compiled_programs() -> None:
+    """Frees every compiled program (and so its aclnn executors)."""
+    jax.clear_caches()
+    gc.collect()

@@ -1,0 +1,91 @@
+"""Bad input gets a clear error at trace time, never a crash; a provider's
+aclnnStatus reaches Python with its code and message."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_aclnn as aclnn
+
+F = np.ones((2, 3), np.float32)
+
+
+@pytest.mark.parametrize("bad", [np.int32, np.bool_, np.complex64, np.float64])
+def test_unsupported_dtype_is_a_type_error_naming_the_argument(bad):
+    arr = np.ones((2, 3)).astype(bad)
+    with pytest.raises(TypeError, match="input has dtype"):
+        aclnn.smooth_l1_loss_backward(F, arr, F)
+    with pytest.raises(TypeError, match="dy has dtype"):
+        aclnn.logit_grad(F, arr)
+    with pytest.raises(TypeError, match="grad_output has dtype"):
+        aclnn.hardshrink_backward(arr, F)
+    with pytest.raises(TypeError, match="x has dtype"):
+        aclnn.swish(arr)
+
+
+def test_mixed_dtypes_are_a_type_error():
+    with pytest.raises(TypeError, match="share one dtype.*grad_output: float16.*input: float32"):
+        aclnn.swish_backward(F.astype(np.float16), F)
+
+
+def test_shape_errors_name_arguments_and_shapes():
+    with pytest.raises(ValueError, match=r"grad_out\(2, 3\), input\(4,\), target\(2, 3\)"):
+        aclnn.smooth_l1_loss_backward(F, np.ones(4, np.float32), F)
+    with pytest.raises(ValueError, match=r"x\(2, 3\), dy\(3,\)"):
+        aclnn.logit_grad(F, np.ones(3, np.float32))
+    with pytest.raises(ValueError, match="same shape"):
+        aclnn.swish_backward(F, np.ones((3, 2), np.float32))
+    with pytest.raises(ValueError, match="rank 9"):
+        aclnn.hardshrink_backward(np.ones((1,) * 9, np.float32), np.float32(1))
+
+
+def test_batch_norm_reduce_shape_rules():
+    x = np.ones((4, 3, 2), np.float32)
+    c = np.ones(3, np.float32)
+    with pytest.raises(ValueError, match="rank 2 to 8"):
+        aclnn.batch_norm_reduce_backward(c, c, c, c, c)
+    with pytest.raises(ValueError, match=r"mean must have shape \(3,\)"):
+        aclnn.batch_norm_reduce_backward(x, x, np.ones(4, np.float32), c, c)
+    with pytest.raises(ValueError, match=r"weight must have shape"):
+        aclnn.batch_norm_reduce_backward(x, x, c, c, np.ones(2, np.float32))
+    with pytest.raises(ValueError, match="C >= 1"):
+        z = np.ones((4, 0, 2), np.float32)
+        aclnn.batch_norm_reduce_backward(z, z, c[:0], c[:0], None)
+    with pytest.raises(ValueError, match="same shape"):
+        aclnn.batch_norm_reduce_backward(x[:2], x, c, c, c)
+
+
+def test_attribute_errors():
+    with pytest.raises(ValueError, match="beta must be >= 0"):
+        aclnn.smooth_l1_loss_backward(F, F, F, beta=-1.0)
+    with pytest.raises(ValueError, match="reduction must be"):
+        aclnn.smooth_l1_loss_backward(F, F, F, reduction="avg")
+    with pytest.raises(ValueError, match="reduction must be"):
+        aclnn.smooth_l1_loss(F, F, reduction=3)
+    with pytest.raises(TypeError, match="beta must be a real number"):
+        aclnn.swish_backward(F, F, beta="x")
+    with pytest.raises(ValueError, match="channel_axis 3 is out of range"):
+        aclnn.batch_norm(F, channel_axis=3)
+
+
+def test_errors_are_raised_at_trace_time():
+    @jax.jit
+    def f(x):
+        return aclnn.logit_grad(x, x.astype(jnp.float16))
+
+    with pytest.raises(TypeError):
+        f.lower(F)
+
+
+def test_provider_status_reaches_python_with_code_and_message():
+    """A call the host provider rejects (reduction 7), built by hand."""
+    call = jax.ffi.ffi_call("aclnn_smooth_l1_loss_backward", jax.ShapeDtypeStruct((2, 3), np.float32))
+    with pytest.raises(Exception, match=r"aclnnSmoothL1LossBackwardGetWorkspaceSize failed: aclnnStatus 161002 \(ACLNN_ERR_PARAM_INVALID\): .*reduction must be 0"):
+        jax.jit(lambda x: call(x, x, x, reduction=np.int64(7), beta=np.float32(1)))(F).block_until_ready()
+    wrong = jax.ffi.ffi_call("aclnn_logit_grad", jax.ShapeDtypeStruct((3, 2), np.float32))
+    with pytest.raises(Exception, match=r"aclnnStatus 161002 .*out has shape \[3,2\]"):
+        jax.jit(lambda x: wrong(x, x, eps=np.float64(-1)))(F).block_until_ready()
+    assert aclnn.runtime_stats()["live_tensors"] >= 0
