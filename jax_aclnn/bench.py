@@ -1,3 +1,237 @@
-"""placeholder"""
-def add_arguments(p): pass
-def run(a): pass
+"""``python -m jax_aclnn bench``: the five operators against the baselines
+measured in the same run.
+
+For each operator, size and dtype, under ``jax.jit``:
+
+* ``aclnn``: the operator through jax_aclnn (the host provider on the CPU);
+* ``xla``: the same formula written in ``jax.numpy`` (the operator's pure-JAX
+  reference) and compiled by XLA, on identical inputs;
+* ``torch``: PyTorch's ATen CPU kernel for the same operator, when torch is
+  installed (batch-norm reduce has no ATen CPU kernel: there, ATen's
+  reductions of the same formula);
+* the machine's memory-copy bandwidth (``numpy.copyto`` of 256 MiB), the
+  physical limit of these bandwidth-bound operators.
+
+Outputs are compared first (a fast wrong answer is no result). Timings are
+paired and interleaved (aclnn, xla, torch, aclnn, ...) after warm-up; the
+table gives medians, GB/s (bytes read and written), the fraction of copy
+bandwidth, and the median of the per-pair ratios (>1 means aclnn is faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm import tqdm
+
+import jax_aclnn as aclnn
+from jax_aclnn.ops import primitive
+
+OPS = ["smooth_l1_loss_backward", "logit_grad", "hardshrink_backward", "swish_backward",
+       "batch_norm_reduce_backward"]
+DEFAULT_SIZES = "1K,64K,1M,16M"
+
+
+def parse_size(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper()
+    return int(float(text[:-1]) * units[text[-1]]) if text[-1] in units else int(text)
+
+
+def bn_shape(size: int, channels: int) -> tuple[int, int, int]:
+    """A realistic (N, C, H*W) shape of about ``size`` elements."""
+    c = min(channels, max(16, size // 64))
+    inner = 64 if size >= 64 * c else 1
+    return (max(1, size // (c * inner)), c, inner)
+
+
+def make_case(op: str, size: int, dtype: Any, channels: int, rng: np.random.Generator):
+    """(aclnn fn, xla fn, torch fn or None, jax args, bytes moved)."""
+    def arr(shape, lo=-3.0, hi=3.0):
+        return jnp.asarray(rng.uniform(lo, hi, size=shape).astype(np.float32)).astype(dtype)
+
+    item = jnp.dtype(dtype).itemsize
+    if op == "batch_norm_reduce_backward":
+        shape = bn_shape(size, channels)
+        c = shape[1]
+        args = (arr(shape), arr(shape), arr((c,), -0.1, 0.1), arr((c,), 0.5, 2.0), arr((c,)))
+        ours = jax.jit(lambda *a: aclnn.batch_norm_reduce_backward(*a))
+        ref = primitive(op).reference
+        xla = jax.jit(lambda *a: ref(*a, has_weight=True, input_g=True, weight_g=True, bias_g=True))
+
+        def torch_fn(t):
+            g, x, m, s, _ = t
+            dims = (0, 2)
+            sdy = g.sum(dims, dtype=torch.float32)
+            sxmu = (g.float() * (x.float() - m.float()[None, :, None])).sum(dims)
+            return sdy, sxmu, sxmu * s.float(), sdy
+
+        return ours, xla, torch_fn, args, 2 * np.prod(shape) * item
+    shape = (size,)
+    if op == "smooth_l1_loss_backward":
+        args = (arr(()), arr(shape), arr(shape))
+        ours = jax.jit(lambda g, x, y: aclnn.smooth_l1_loss_backward(g, x, y, reduction="mean"))
+        xla = jax.jit(lambda g, x, y: primitive("smooth_l1_loss_backward").reference(g, x, y, reduction=1, beta=1.0))
+        torch_fn = lambda t: torch.ops.aten.smooth_l1_loss_backward(*t, 1, 1.0)  # noqa: E731
+        return ours, xla, torch_fn, args, 3 * size * item
+    if op == "logit_grad":
+        args = (arr(shape, 0.01, 0.99), arr(shape))
+        ours = jax.jit(lambda x, dy: aclnn.logit_grad(x, dy, eps=1e-6))
+        xla = jax.jit(lambda x, dy: primitive("logit_grad").reference(x, dy, eps=1e-6))
+        torch_fn = lambda t: torch.ops.aten.logit_backward(t[1], t[0], 1e-6)  # noqa: E731
+        return ours, xla, torch_fn, args, 3 * size * item
+    if op == "hardshrink_backward":
+        args = (arr(shape), arr(shape))
+        ours = jax.jit(lambda g, x: aclnn.hardshrink_backward(g, x, lambd=0.5))
+        xla = jax.jit(lambda g, x: primitive("hardshrink_backward").reference(g, x, lambd=0.5))
+        torch_fn = lambda t: torch.ops.aten.hardshrink_backward(t[0], t[1], 0.5)  # noqa: E731
+        return ours, xla, torch_fn, args, 3 * size * item
+    args = (arr(shape), arr(shape))  # swish_backward
+    ours = jax.jit(lambda g, x: aclnn.swish_backward(g, x, beta=1.0))
+    xla = jax.jit(lambda g, x: primitive("swish_backward").reference(g, x, beta=1.0))
+    torch_fn = lambda t: torch.ops.aten.silu_backward(t[0], t[1])  # noqa: E731
+    return ours, xla, torch_fn, args, 3 * size * item
+
+
+def to_torch(a: jax.Array):
+    t = torch.from_numpy(np.asarray(a.astype(jnp.float32)))
+    return t.to({"float32": torch.float32, "float16": torch.float16,
+                 "bfloat16": torch.bfloat16}[str(a.dtype)])
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    jax.block_until_ready(fn())
+    return time.perf_counter() - start
+
+
+def copy_bandwidth(repeats: int) -> float:
+    """GB/s of numpy.copyto on 256 MiB (bytes read + written)."""
+    src = np.ones(1 << 26, np.float32)
+    dst = np.empty_like(src)
+    times = [timed(lambda: np.copyto(dst, src)) for _ in range(max(3, repeats))]
+    return 2 * src.nbytes / statistics.median(times) / 1e9
+
+
+def check(ours_out, xla_out, dtype) -> None:
+    tol = float(jnp.finfo(dtype).eps) ** (2 / 3) * 4
+    for a, b in zip(jax.tree.leaves(ours_out), jax.tree.leaves(xla_out)):
+        a = np.asarray(a.astype(jnp.float32), np.float64)
+        b = np.asarray(b.astype(jnp.float32), np.float64)
+        scale = max(1.0, float(np.abs(b).max(initial=0.0)))
+        if not np.allclose(a, b, rtol=tol, atol=tol * scale, equal_nan=True):
+            raise SystemExit(f"outputs disagree with XLA's (max error {np.nanmax(np.abs(a - b))})")
+
+
+def measure(op: str, size: int, dtype: Any, args: argparse.Namespace, rng) -> dict[str, Any]:
+    ours, xla, torch_fn, inputs, nbytes = make_case(op, size, dtype, args.bn_channels, rng)
+    check(ours(*inputs), xla(*inputs), dtype)
+    fns = {"aclnn": lambda: ours(*inputs), "xla": lambda: xla(*inputs)}
+    if torch is not None:
+        tin = [to_torch(a) for a in inputs]
+        fns["torch"] = lambda: torch_fn(tin)
+    for fn in fns.values():  # warm-up
+        for _ in range(2):
+            timed(fn)
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(args.repeats):  # paired, interleaved
+        for k, fn in fns.items():
+            times[k].append(timed(fn))
+    row = {"op": op, "size": size, "dtype": str(jnp.dtype(dtype)), "bytes": int(nbytes)}
+    for k, ts in times.items():
+        row[f"{k}_s"] = statistics.median(ts)
+        if k != "aclnn":
+            row[f"vs_{k}"] = statistics.median(b / a for a, b in zip(times["aclnn"], ts))
+    row["aclnn_gbps"] = nbytes / row["aclnn_s"] / 1e9
+    return row
+
+
+def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    global torch
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        torch = None
+    ops = args.ops.split(",")
+    unknown = set(ops) - set(OPS)
+    if unknown:
+        raise SystemExit(f"unknown --ops {sorted(unknown)}; choose from {', '.join(OPS)}")
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    dtypes = [jnp.dtype(d) for d in args.dtypes.split(",")]
+    rng = np.random.default_rng(0)
+    bandwidth = copy_bandwidth(args.repeats)
+    print(f"memory copy bandwidth: {bandwidth:.1f} GB/s; {jax.device_count()} CPU device(s); "
+          f"torch {'not installed' if torch is None else torch.__version__}")
+    cases = [(o, s, d) for o in ops for d in dtypes for s in sizes]
+    rows = [measure(o, s, d, args, rng) for o, s, d in tqdm(cases, desc="bench", unit="case", disable=args.quiet)]
+    for r in rows:
+        r["copy_fraction"] = r["aclnn_gbps"] / bandwidth
+    print_table(rows, bandwidth)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "bench.json").write_text(json.dumps({"copy_gbps": bandwidth, "rows": rows}, indent=2))
+        plot(rows, bandwidth, out / "bench.png")
+        print(f"wrote {out / 'bench.json'} and {out / 'bench.png'}")
+    return rows
+
+
+def print_table(rows: list[dict[str, Any]], bandwidth: float) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"jax_aclnn bench (medians; ratio > 1: aclnn faster; copy {bandwidth:.1f} GB/s)")
+    for col in ("operator", "dtype", "elements", "aclnn", "GB/s", "of copy", "vs XLA", "vs torch"):
+        table.add_column(col, justify="left" if col in ("operator", "dtype") else "right")
+    for r in rows:
+        table.add_row(
+            r["op"], r["dtype"], f"{r['size']:,}", f"{r['aclnn_s'] * 1e6:,.0f} us",
+            f"{r['aclnn_gbps']:.1f}", f"{r['copy_fraction']:.0%}", f"{r['vs_xla']:.2f}x",
+            f"{r['vs_torch']:.2f}x" if "vs_torch" in r else "-",
+        )
+    Console(width=140).print(table)
+
+
+def plot(rows: list[dict[str, Any]], bandwidth: float, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ops = sorted({r["op"] for r in rows}, key=OPS.index)
+    fig, axes = plt.subplots(1, len(ops), figsize=(4 * len(ops), 3.5), squeeze=False)
+    for ax, op in zip(axes[0], ops):
+        for dtype in sorted({r["dtype"] for r in rows}):
+            pts = sorted((r["size"], r["aclnn_gbps"]) for r in rows if r["op"] == op and r["dtype"] == dtype)
+            ax.plot(*zip(*pts), marker="o", label=dtype)
+        ax.axhline(bandwidth, color="gray", linestyle="--", label="memory copy")
+        ax.set_xscale("log")
+        ax.set_title(op, fontsize=9)
+        ax.set_xlabel("elements")
+    axes[0][0].set_ylabel("GB/s")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ops", default=",".join(OPS), help="comma-separated operators (default: all five)")
+    p.add_argument("--sizes", default=DEFAULT_SIZES, help="comma-separated element counts, K/M suffixes (default: %(default)s)")
+    p.add_argument("--dtypes", default="float32,float16,bfloat16", help="comma-separated dtypes (default: %(default)s)")
+    p.add_argument("--repeats", type=int, default=15, help="timed pairs per case (default: %(default)s)")
+    p.add_argument("--bn-channels", type=int, default=256, help="channels of the batch-norm shapes, 16 to 1024 (default: %(default)s)")
+    p.add_argument("--out", metavar="DIR", help="write bench.json and bench.png here")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+torch: Any = None

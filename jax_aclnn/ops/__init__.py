@@ -13,3 +13,10 @@ __all__ = [
     "smooth_l1_loss_backward",
     "swish_backward",
 ]
+
+
+def primitive(name: str):
+    """The :class:`~jax_aclnn._primitive.AclnnPrimitive` of an operator, by function name."""
+    import importlib
+
+    return importlib.import_module(f"jax_aclnn.ops.{name}")._op
