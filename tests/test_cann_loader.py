@@ -1,0 +1,63 @@
+"""The NPU loader path, exercised against the host provider: CANN is looked
+up where API.md says, and a directory laid out like a CANN install (holding
+the host provider under CANN's library names) serves the operators end to
+end through the same loader and handlers."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+import jax_aclnn as aclnn
+from jax_aclnn import _ffi
+
+
+def test_missing_cann_names_every_location_and_library(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASCEND_HOME_PATH", str(tmp_path / "nowhere"))
+    with pytest.raises(RuntimeError) as e:
+        aclnn.load_cann(tmp_path / "empty")
+    msg = str(e.value)
+    assert str(tmp_path / "empty" / "lib64") in msg and str(tmp_path / "empty" / "lib") in msg
+    assert "libopapi.so" in msg and "libnnopbase.so" in msg and "libascendcl.so" in msg
+    assert _ffi.default_cann_roots()[0] == str(tmp_path / "nowhere")
+    assert _ffi.default_cann_roots()[-1] == "/usr/local/Ascend/ascend-toolkit/latest"
+
+
+def test_operators_through_the_cann_loader(tmp_path):
+    lib64 = tmp_path / "lib64"
+    lib64.mkdir()
+    for name in ("libopapi.so", "libnnopbase.so", "libascendcl.so"):
+        (lib64 / name).symlink_to(_ffi.HOST_PROVIDER_LIBRARY)
+    assert aclnn.load_cann(tmp_path) == str(lib64)
+    _ffi._aclnn_ffi.route_cpu_through_cann(True)
+    try:
+        assert aclnn.runtime_stats()["provider"] == str(lib64)
+        x = np.linspace(0.1, 0.9, 12, dtype=np.float32).reshape(3, 4)
+        out = jax.jit(lambda x: aclnn.logit_grad(x, x * 0 + 1))(x)
+        np.testing.assert_allclose(np.asarray(out), 1 / (x * (1 - x)), rtol=1e-6)
+        sums = aclnn.batch_norm_reduce_backward(x, x, x[0, :1].repeat(4), np.ones(4, np.float32), None)
+        np.testing.assert_allclose(np.asarray(sums[0]), x.sum(0), rtol=1e-6)
+    finally:
+        _ffi._aclnn_ffi.route_cpu_through_cann(False)
+    assert aclnn.runtime_stats()["provider"] == "host"
+
+
+def test_executor_reuse_steady_state_runs_execute_only():
+    from conftest import free_compiled_programs
+
+    free_compiled_programs()
+    step = jax.jit(lambda x: aclnn.swish_backward(x, x) + aclnn.hardshrink_backward(x, x))
+    x = np.ones((8, 8), np.float32)
+    step(x).block_until_ready()  # warm-up: the call sites build their executors
+    aclnn.reset_runtime_stats()
+    for i in range(5):
+        step(x * i).block_until_ready()
+    calls = aclnn.runtime_stats()["calls"]
+    for op in ("aclnnSwishBackward", "aclnnHardshrinkBackward"):
+        assert calls[op] == {"get_workspace_size": 0, "execute": 5}, calls[op]
+    assert aclnn.runtime_stats()["live_executors"] == 2
+    del step
+    free_compiled_programs()
+    stats = aclnn.runtime_stats()
+    assert stats["live_executors"] == 0 and stats["live_tensors"] == 0
