@@ -10,15 +10,37 @@ CANN's libraries serve the Ascend NPU platform, loaded on first use.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 import jax
 
-from jax_aclnn import _aclnn_ffi
+
+def _compiled_dir() -> Path:
+    """The directory holding the compiled extension and the host provider.
+
+    Normally this package's own. When an uninstalled source checkout shadows
+    the installed package (``python -m jax_aclnn`` run from the repository
+    root), the compiled files are those of the installed copy.
+    """
+    here = Path(__file__).resolve().parent
+    for entry in [str(here.parent)] + sys.path:
+        candidate = Path(entry or ".").resolve() / "jax_aclnn"
+        if any(candidate.glob("_aclnn_ffi*.so")):
+            return candidate
+    raise ImportError(
+        "jax_aclnn's compiled extension (_aclnn_ffi) is missing: install the package with "
+        "`pip install .`"
+    )
+
 
 #: Directory of the compiled extension and the host provider library.
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = _compiled_dir()
+if PACKAGE_DIR != Path(__file__).resolve().parent:
+    sys.modules["jax_aclnn"].__path__.append(str(PACKAGE_DIR))
+
+from jax_aclnn import _aclnn_ffi  # noqa: E402
 #: The bundled host aclnn provider.
 HOST_PROVIDER_LIBRARY = PACKAGE_DIR / "libaclnn_host.so"
 
