@@ -46,6 +46,8 @@ HOST_PROVIDER_LIBRARY = PACKAGE_DIR / "libaclnn_host.so"
 
 #: Environment variable naming the Ascend PJRT plugin's platform.
 NPU_PLATFORM_ENV = "JAX_ACLNN_NPU_PLATFORM"
+#: Environment variable: ``0`` turns executor reuse off from import on.
+EXECUTOR_REUSE_ENV = "JAX_ACLNN_EXECUTOR_REUSE"
 #: Name of the FFI state type (the per-call-site executor cache).
 STATE_TYPE_NAME = "jax_aclnn.CallState"
 
@@ -79,6 +81,32 @@ def _register() -> None:
 
 
 _register()
+
+
+def set_executor_reuse(enabled: bool) -> bool:
+    """Turns executor reuse in compiled programs on (the default) or off.
+
+    With reuse, each custom call site of a compiled program keeps a
+    repeatable aclnn executor (``aclSetAclOpExecutorRepeatable``) and
+    re-targets it at each step's buffers, so steady-state steps run only the
+    execute phase. Off, every call runs descriptor creation,
+    ``aclnnXxxGetWorkspaceSize``, ``aclnnXxx`` and cleanup. The setting applies
+    to calls from now on, in every compiled program; executors kept so far
+    stay until their program is freed. ``JAX_ACLNN_EXECUTOR_REUSE=0`` in the
+    environment turns reuse off at import.
+
+    Args:
+      enabled: whether call sites keep repeatable executors.
+
+    Returns:
+      The previous setting.
+    """
+    previous = bool(_aclnn_ffi.executor_reuse())
+    _aclnn_ffi.set_executor_reuse(bool(enabled))
+    return previous
+
+
+set_executor_reuse(os.environ.get(EXECUTOR_REUSE_ENV, "1") != "0")
 
 
 def load_cann(path: str | os.PathLike[str] | None = None) -> str:

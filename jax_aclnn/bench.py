@@ -12,6 +12,10 @@ For each operator, size and dtype, under ``jax.jit``:
 * the machine's memory-copy bandwidth (``numpy.copyto`` of 256 MiB), the
   physical limit of these bandwidth-bound operators.
 
+It then measures what executor reuse saves (:func:`set_executor_reuse`):
+a jitted training step of the ``train`` job (all five operators in its
+gradient) and a chain of tiny calls, alternately with reuse on and off.
+
 Outputs are compared first (a fast wrong answer is no result). Timings are
 paired and interleaved (aclnn, xla, torch, aclnn, ...) after warm-up; the
 table gives medians, GB/s (bytes read and written), the fraction of copy
@@ -103,7 +107,7 @@ def make_case(op: str, size: int, dtype: Any, channels: int, rng: np.random.Gene
 
 
 def to_torch(a: jax.Array):
-    t = torch.from_numpy(np.asarray(a.astype(jnp.float32)))
+    t = torch.from_numpy(np.array(a.astype(jnp.float32)))
     return t.to({"float32": torch.float32, "float16": torch.float16,
                  "bfloat16": torch.bfloat16}[str(a.dtype)])
 
@@ -155,6 +159,79 @@ def measure(op: str, size: int, dtype: Any, args: argparse.Namespace, rng) -> di
     return row
 
 
+def paired_reuse_times(fn: Callable[[], Any], repeats: int) -> dict[str, Any]:
+    """Calls ``fn`` alternately with executor reuse on and off (paired, after
+    warm-up); medians, their ratio and the aclnn calls per ``fn`` call."""
+    times: dict[bool, list[float]] = {True: [], False: []}
+    previous = aclnn.set_executor_reuse(True)
+    try:
+        for i in range(repeats + 5):
+            for reuse in (True, False):
+                aclnn.set_executor_reuse(reuse)
+                aclnn.reset_runtime_stats()
+                elapsed = timed(fn)
+                if reuse:
+                    calls = aclnn.runtime_stats()["calls"].values()
+                    queries = sum(c["get_workspace_size"] for c in calls)
+                    executes = sum(c["execute"] for c in calls)
+                if i >= 5:  # the first pairs are warm-up
+                    times[reuse].append(elapsed)
+    finally:
+        aclnn.set_executor_reuse(previous)
+    on, off = statistics.median(times[True]), statistics.median(times[False])
+    return {"aclnn_calls": executes, "workspace_queries_with_reuse": queries,
+            "reuse_s": on, "one_shot_s": off, "saved_per_call_s": (off - on) / max(1, executes),
+            "ratio": statistics.median(b / a for a, b in zip(times[True], times[False]))}
+
+
+def reuse_overhead(repeats: int, batch_size: int = 32, chain: int = 64) -> dict[str, Any]:
+    """What executor reuse saves: on a training step of the ``train`` job
+    (its gradient runs all five operators), and per call on a chain of
+    ``chain`` dependent 16-element calls (dispatch cost only)."""
+    import optax
+
+    from jax_aclnn import train
+
+    data = train.load_data(None, None, seed=0)
+    optimizer = optax.adam(1e-3)
+    params = train.init_params(jax.random.key(0), data.x_train.shape[1])
+    opt_state = optimizer.init(params)
+
+    @jax.jit
+    def step(params, opt_state, x, y):
+        grads = jax.grad(train.loss_fn)(params, x, y, jnp.float32)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state
+
+    @jax.jit
+    def calls(x):
+        for _ in range(chain):
+            x = aclnn.hardshrink_backward(x, x, lambd=0.1)
+        return x
+
+    x, y = jax.device_put(data.x_train[:batch_size]), jax.device_put(data.y_train[:batch_size])
+    small = jnp.ones(16, jnp.float32)
+    return {
+        f"training step, batch {batch_size}": paired_reuse_times(lambda: step(params, opt_state, x, y), repeats),
+        f"{chain} chained 16-element calls": paired_reuse_times(lambda: calls(small), repeats),
+    }
+
+
+def print_reuse_table(results: dict[str, dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="executor reuse (medians of paired runs; ratio > 1: reuse faster)")
+    for col in ("program", "aclnn calls", "GetWorkspaceSize (reuse)", "reuse", "one-shot",
+                "ratio", "saved per call"):
+        table.add_column(col, justify="left" if col == "program" else "right")
+    for name, r in results.items():
+        table.add_row(name, str(r["aclnn_calls"]), str(r["workspace_queries_with_reuse"]),
+                      f"{r['reuse_s'] * 1e6:,.1f} us", f"{r['one_shot_s'] * 1e6:,.1f} us",
+                      f"{r['ratio']:.2f}x", f"{r['saved_per_call_s'] * 1e9:,.0f} ns")
+    Console(width=140).print(table)
+
+
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     global torch
     try:
@@ -176,10 +253,15 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     for r in rows:
         r["copy_fraction"] = r["aclnn_gbps"] / bandwidth
     print_table(rows, bandwidth)
+    reuse = None
+    if args.reuse_repeats > 0:
+        reuse = reuse_overhead(args.reuse_repeats)
+        print_reuse_table(reuse)
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "bench.json").write_text(json.dumps({"copy_gbps": bandwidth, "rows": rows}, indent=2))
+        (out / "bench.json").write_text(json.dumps(
+            {"copy_gbps": bandwidth, "rows": rows, "executor_reuse": reuse}, indent=2))
         plot(rows, bandwidth, out / "bench.png")
         print(f"wrote {out / 'bench.json'} and {out / 'bench.png'}")
     return rows
@@ -230,6 +312,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtypes", default="float32,float16,bfloat16", help="comma-separated dtypes (default: %(default)s)")
     p.add_argument("--repeats", type=int, default=15, help="timed pairs per case (default: %(default)s)")
     p.add_argument("--bn-channels", type=int, default=256, help="channels of the batch-norm shapes, 16 to 1024 (default: %(default)s)")
+    p.add_argument("--reuse-repeats", type=int, default=200, help="paired runs with executor reuse on and off; 0 skips (default: %(default)s)")
     p.add_argument("--out", metavar="DIR", help="write bench.json and bench.png here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 

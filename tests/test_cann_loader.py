@@ -61,3 +61,24 @@ def test_executor_reuse_steady_state_runs_execute_only():
     free_compiled_programs()
     stats = aclnn.runtime_stats()
     assert stats["live_executors"] == 0 and stats["live_tensors"] == 0
+
+
+def test_executor_reuse_off_runs_both_phases_every_step():
+    from conftest import free_compiled_programs
+
+    free_compiled_programs()
+    step = jax.jit(lambda x: aclnn.swish_backward(x, x))
+    x = np.linspace(-2, 2, 64, dtype=np.float32)
+    expected = np.asarray(step(x))
+    previous = aclnn.set_executor_reuse(False)
+    try:
+        aclnn.reset_runtime_stats()
+        for _ in range(3):
+            np.testing.assert_array_equal(np.asarray(step(x)), expected)
+        assert aclnn.runtime_stats()["calls"]["aclnnSwishBackward"] == {
+            "get_workspace_size": 3, "execute": 3}
+    finally:
+        assert aclnn.set_executor_reuse(previous) is False
+    del step
+    free_compiled_programs()
+    assert aclnn.runtime_stats()["live_executors"] == 0

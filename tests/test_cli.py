@@ -49,3 +49,17 @@ def test_info():
     out = run("info")
     assert "platforms with aclnn handlers" in out and "cpu" in out
     assert "CANN" in out and "not found" in out
+
+
+def test_bench_small_run_writes_its_results(tmp_path):
+    import json
+
+    out = run("bench", "--ops", "hardshrink_backward,batch_norm_reduce_backward", "--sizes", "1K",
+              "--dtypes", "float32,bfloat16", "--repeats", "2", "--reuse-repeats", "2",
+              "--quiet", "--out", str(tmp_path))
+    assert "memory copy bandwidth" in out and "executor reuse" in out
+    result = json.loads((tmp_path / "bench.json").read_text())
+    assert len(result["rows"]) == 4 and all(r["vs_xla"] > 0 for r in result["rows"])
+    step = result["executor_reuse"]["training step, batch 32"]
+    assert step["aclnn_calls"] > 0 and step["workspace_queries_with_reuse"] == 0
+    assert (tmp_path / "bench.png").stat().st_size > 1000

@@ -39,6 +39,8 @@ RuntimeStats& Stats() {
 
 namespace {
 
+std::atomic<bool> executor_reuse{true};
+
 // The single dtype dispatch: FFI element type -> aclDataType.
 ffi::ErrorOr<aclDataType> ToAclDataType(ffi::DataType t) {
   switch (t) {
@@ -288,6 +290,7 @@ ffi::Error Run(const Op& op, const AclnnApi& api, aclrtStream stream,
                const Workspace& workspace, CallState* state,
                const Buffers<Op::kNumInputs, Op::kNumOutputs>& b) {
   const bool reusable = state != nullptr && api.supports_executor_reuse && !state->refused &&
+                        executor_reuse.load(std::memory_order_relaxed) &&
                         (state->api == nullptr || state->api == &api);
   if (!reusable || state->busy.exchange(true, std::memory_order_acquire))
     return RunOneShot(op, api, stream, workspace, b);
@@ -560,6 +563,9 @@ const HandlerSet kHandlerSets[] = {
 const int kNumHandlerSets = sizeof(kHandlerSets) / sizeof(kHandlerSets[0]);
 
 XLA_FFI_TypeId* CallStateTypeId() { return &CallState::id; }
+
+bool ExecutorReuse() { return executor_reuse.load(); }
+void SetExecutorReuse(bool enabled) { executor_reuse.store(enabled); }
 
 const XLA_FFI_TypeInfo* CallStateTypeInfo() {
   static const XLA_FFI_TypeInfo info = ffi::MakeTypeInfo<CallState>();

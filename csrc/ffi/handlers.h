@@ -22,6 +22,11 @@ extern const int kNumHandlerSets;
 XLA_FFI_TypeId* CallStateTypeId();
 const XLA_FFI_TypeInfo* CallStateTypeInfo();
 
+// Whether call sites keep repeatable executors (default on). Off, every call
+// runs the one-shot two-phase sequence; for measuring what reuse saves.
+bool ExecutorReuse();
+void SetExecutorReuse(bool enabled);
+
 }  // namespace jax_aclnn
 
 #endif  // JAX_ACLNN_FFI_HANDLERS_H_

@@ -74,6 +74,9 @@ NB_MODULE(_aclnn_ffi, m) {
   m.def("default_cann_roots", &DefaultCannRoots);
   m.def("route_cpu_through_cann", &RouteCpuThroughCann, nb::arg("enable"),
         "Testing: serve the CPU platform with the provider loaded by load_cann.");
+  m.def("executor_reuse", &ExecutorReuse, "Whether call sites keep repeatable executors.");
+  m.def("set_executor_reuse", &SetExecutorReuse, nb::arg("enabled"),
+        "Turns executor reuse on or off for calls from now on.");
   m.def("cpu_provider", [] { return CpuProvider().origin; });
   m.def("build_info", [] {
     std::string info = "compiler " __VERSION__ ", C++" + std::to_string(__cplusplus / 100 % 100);
