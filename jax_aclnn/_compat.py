@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import jax
 from jax._src import dispatch as _dispatch
+from jax._src import sharding_impls as _sharding_impls
 from jax._src.interpreters import batching, mlir
 
 try:  # jax >= 0.4.36
@@ -22,15 +23,41 @@ primitive_batchers = batching.primitive_batchers
 register_lowering = mlir.register_lowering
 lower_fun = mlir.lower_fun
 lower_per_platform = mlir.lower_per_platform
-ffi_lowering = jax.ffi.ffi_lowering
+
+
+def varying_axes(x: jax.Array) -> frozenset:
+    """The manual mesh axes ``x`` varies over inside ``shard_map`` (its
+    "vma"; empty outside, or when shard_map's ``check_vma`` is off)."""
+    aval = jax.typeof(x)
+    mat = getattr(aval, "mat", None)  # jax >= 0.9: varying/unreduced/reduced axes
+    return frozenset(mat.varying if mat is not None else getattr(aval, "vma", ()))
+
+
+def require_devices_during_lowering(primitive: Primitive) -> None:
+    """Lower ``primitive`` knowing the device assignment, which
+    ``custom_partitioning`` needs (TransformerEngine-JAX does the same)."""
+    _dispatch.prim_requires_devices_during_lowering.add(primitive)
+
+
+def spmd_partitioned(ctx: mlir.LoweringRuleContext) -> bool:
+    """Whether XLA's SPMD partitioner will split the program being lowered
+    (more than one device, some mesh axes not manual)."""
+    context = ctx.module_context.axis_context
+    if isinstance(context, _sharding_impls.ShardingContext):
+        return context.device_assignment is not None and len(context.device_assignment) > 1
+    if isinstance(context, _sharding_impls.SPMDAxisContext):
+        return set(context.manual_axes) != set(context.mesh.axis_names)
+    return False
 
 __all__ = [
     "Primitive",
     "apply_primitive",
-    "ffi_lowering",
     "lower_fun",
     "lower_per_platform",
     "not_mapped",
     "primitive_batchers",
     "register_lowering",
+    "require_devices_during_lowering",
+    "spmd_partitioned",
+    "varying_axes",
 ]

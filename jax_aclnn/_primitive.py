@@ -1,13 +1,16 @@
 """The machinery every operator shares: one class per aclnn operator holds
 all JAX needs to know about it (abstract evaluation, the pure-JAX reference,
-the custom-call lowering, the batching rule); this base class registers them.
+the custom-call lowering, the batching rule, the sharding factors); this
+base class registers them.
 
 Lowering: on the platforms with a jax_aclnn FFI handler (``"cpu"`` and the
 NPU platform) the primitive becomes one XLA typed-FFI custom call; on every
 other platform it lowers to its pure-JAX reference, so user code runs
 anywhere. ``JAX_ACLNN_REFERENCE`` forces the reference path when a call is
 traced: ``all`` (or ``1``), or a comma-separated list of operator names such
-as ``swish_backward,logit_grad``.
+as ``swish_backward,logit_grad``. When XLA partitions the program over
+several devices, the custom call is wrapped in ``custom_partitioning`` with
+the rules of :mod:`jax_aclnn._sharding`.
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ import os
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+import jax
 import jax.numpy as jnp
 from jax.core import ShapedArray
 
-from jax_aclnn import _compat, _ffi
+from jax_aclnn import _compat, _ffi, _sharding
 
 REFERENCE_ENV = "JAX_ACLNN_REFERENCE"
 
@@ -39,7 +43,8 @@ class AclnnPrimitive:
 
     Subclasses set ``name`` (the JAX primitive and public function name),
     ``aclnn_name`` (the aclnn operator) and implement ``abstract_eval``,
-    ``reference``, ``ffi_attributes`` and ``batch``.
+    ``reference``, ``ffi_attributes`` and ``batch``; ``factors`` and
+    ``local_call`` when the element-wise defaults do not fit.
     """
 
     name: ClassVar[str]
@@ -54,6 +59,7 @@ class AclnnPrimitive:
         p.def_abstract_eval(self.abstract_eval)
         _compat.register_lowering(p, self._lower)
         _compat.primitive_batchers[p] = self.batch
+        _compat.require_devices_during_lowering(p)
         self.primitive = p
 
     # --- to implement -----------------------------------------------------
@@ -71,14 +77,46 @@ class AclnnPrimitive:
     def batch(self, args: Sequence[Any], dims: Sequence[Any], **params: Any) -> Any:
         raise NotImplementedError
 
+    def factors(self, in_avals: Sequence[Any], **params: Any) -> tuple[list[_sharding.Factors], list[_sharding.Factors]]:
+        """Sharding factors of the operands and results (see :mod:`jax_aclnn._sharding`).
+
+        Default, for element-wise operators with numpy broadcasting: a factor
+        per result dimension; operand dimensions that broadcast get none.
+        """
+        shape = jax.numpy.broadcast_shapes(*(a.shape for a in in_avals))
+        names = [f"d{i}" for i in range(len(shape))]
+
+        def operand(a: Any) -> _sharding.Factors:
+            offset = len(shape) - a.ndim
+            return tuple(names[offset + i] if n == shape[offset + i] else None
+                         for i, n in enumerate(a.shape))
+
+        return [operand(a) for a in in_avals], [tuple(names)]
+
+    def local_call(self, args: Sequence[Any], global_avals: Sequence[Any], **params: Any) -> list[Any]:
+        """The custom call on one device's blocks ``args`` of operands whose
+        global avals are ``global_avals``. Default: the call as it is."""
+        return self.ffi_call(*args, **params)
+
     # --- shared -------------------------------------------------------------
     def bind(self, *args: Any, **params: Any) -> Any:
         if reference_forced(self.name):
             return self.reference(*args, **params)
         return self.primitive.bind(*args, **params)
 
+    def ffi_call(self, *args: Any, **params: Any) -> list[Any]:
+        """The typed-FFI custom call of this operator (a list of results)."""
+        out = self.abstract_eval(*args, **params)
+        out = list(out) if self.multiple_results else [out]
+        call = jax.ffi.ffi_call(self.target, [jax.ShapeDtypeStruct(o.shape, o.dtype) for o in out])
+        return list(call(*args, **self.ffi_attributes(**params)))
+
     def _lower_ffi(self, ctx: Any, *args: Any, **params: Any) -> Any:
-        return _compat.ffi_lowering(self.target)(ctx, *args, **self.ffi_attributes(**params))
+        if _compat.spmd_partitioned(ctx):
+            fn = _sharding.partitioned(self, ctx.avals_in, params)
+        else:
+            fn = lambda *a: self.ffi_call(*a, **params)  # noqa: E731
+        return _compat.lower_fun(fn, multiple_results=True)(ctx, *args)
 
     def _lower(self, ctx: Any, *args: Any, **params: Any) -> Any:
         rules = {platform: self._lower_ffi for platform in _ffi.handler_platforms()}

@@ -197,11 +197,7 @@ def reuse_overhead(repeats: int, batch_size: int = 32, chain: int = 64) -> dict[
     params = train.init_params(jax.random.key(0), data.x_train.shape[1])
     opt_state = optimizer.init(params)
 
-    @jax.jit
-    def step(params, opt_state, x, y):
-        grads = jax.grad(train.loss_fn)(params, x, y, jnp.float32)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state
+    step = jax.jit(train.make_train_step(optimizer, jnp.float32))
 
     @jax.jit
     def calls(x):

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_aclnn import _checks
+from jax_aclnn import _checks, _compat
 from jax_aclnn.ops import (
     batch_norm_reduce_backward,
     hardshrink_backward,
@@ -288,6 +288,17 @@ def _bn_statistics(x, axis, axis_name):
     return mean, sq / count, count
 
 
+def _replicated(param, x, axis_name) -> bool:
+    """Whether ``param`` is one value shared across ``axis_name`` while ``x``
+    varies over it: its gradient is then the global sum. Otherwise (a
+    per-device copy, as under ``pmap``; or shard_map with ``check_vma=False``,
+    whose transpose itself sums the gradients of replicated inputs) it is the
+    local part, and summing is left to the caller, as PyTorch's
+    SyncBatchNorm leaves it to DDP."""
+    names = set(axis_name) if isinstance(axis_name, (tuple, list)) else {axis_name}
+    return names <= _compat.varying_axes(x) and not names & _compat.varying_axes(param)
+
+
 def _channel(v, ndim, axis):
     """A (C,) vector shaped to broadcast along ``axis``."""
     return v.reshape((1,) * axis + (-1,) + (1,) * (ndim - axis - 1))
@@ -333,9 +344,9 @@ def _batch_norm_bwd(axis, eps, axis_name, res, cts):
     if axis_name is not None:
         # SyncBatchNorm: the element-wise step needs the global sums.
         sum_dy, sum_dy_xmu = jax.lax.psum((sum_dy, sum_dy_xmu), axis_name)
-        if grad_weight is not None:
+        if grad_weight is not None and _replicated(weight, x, axis_name):
             grad_weight = (sum_dy_xmu * invstd).astype(dtype)
-        if grad_bias is not None:
+        if grad_bias is not None and _replicated(bias, x, axis_name):
             grad_bias = sum_dy.astype(dtype)
     scale = invstd if weight is None else invstd * weight.astype(jnp.float32)
     ch = lambda v: _channel(v, x.ndim, axis)  # noqa: E731

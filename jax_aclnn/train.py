@@ -113,13 +113,21 @@ def loss_fn(params, x, y, dtype):
     return loss.astype(jnp.float32)
 
 
-def make_steps(optimizer: optax.GradientTransformation, dtype: Any):
-    """The jit-compiled, ensemble-vmapped training and evaluation steps."""
+def make_train_step(optimizer: optax.GradientTransformation, dtype: Any):
+    """One model's training step ``(params, opt_state, x, y) -> (params,
+    opt_state, loss)``, not jitted."""
 
     def train_step(params, opt_state, x, y):
         loss, grads = jax.value_and_grad(loss_fn)(params, x, y, dtype)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
+
+    return train_step
+
+
+def make_steps(optimizer: optax.GradientTransformation, dtype: Any):
+    """The jit-compiled, ensemble-vmapped training and evaluation steps."""
+    train_step = make_train_step(optimizer, dtype)
 
     def evaluate(params, x, y):
         p0, p1 = predict(params, x, dtype)

@@ -10,6 +10,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+#: Host CPU devices of the test process, for the sharding tests (set before
+#: JAX starts its CPU backend, which importing jax_aclnn does).
+NUM_DEVICES = 8
+jax.config.update("jax_num_cpu_devices", NUM_DEVICES)
+
 DTYPES = ["float32", "float16", "bfloat16"]
 
 

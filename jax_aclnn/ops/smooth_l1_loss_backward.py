@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -51,15 +52,29 @@ class SmoothL1LossBackward(AclnnPrimitive):
     def batch(self, args, dims, *, reduction, beta):
         g, x, y = batch_broadcasting(args, dims)
         if reduction == REDUCTIONS["mean"]:
-            # The kernel divides by the element count of the input it is
-            # given; each example must be divided by its own count.
-            per_example = int(np.prod(args[1].shape)) // (
+            # Each example is divided by its own element count.
+            per_example = math.prod(args[1].shape) // (
                 args[1].shape[dims[1]] if dims[1] is not not_mapped else 1
             )
-            factor = x.size / max(per_example, 1)
-            if factor != 1:
-                g = (g.astype(jnp.float32) * np.float32(factor)).astype(g.dtype)
+            g = rescale_mean(g, x.size, per_example)
         return self.bind(g, x, y, reduction=reduction, beta=beta), 0
+
+    def local_call(self, args, global_avals, *, reduction, beta):
+        g, x, y = args
+        if reduction == REDUCTIONS["mean"]:  # one shard: still the global mean
+            g = rescale_mean(g, x.size, math.prod(global_avals[1].shape))
+        return self.ffi_call(g, x, y, reduction=reduction, beta=beta)
+
+
+def rescale_mean(g: Any, count: int, wanted: int) -> Any:
+    """``g`` scaled so that a "mean" kernel dividing by ``count`` divides by ``wanted``.
+
+    The ratio is applied to ``grad_out`` (not 1 / wanted to a "sum") so that
+    float16 does not underflow.
+    """
+    if count == wanted or wanted == 0:
+        return g
+    return (g.astype(jnp.float32) * np.float32(count / wanted)).astype(g.dtype)
 
 
 _op = SmoothL1LossBackward()

@@ -1,0 +1,110 @@
+"""Sharding rules: each operator runs on its own shard under a sharded ``jit``.
+
+A custom call that XLA's SPMD partitioner does not understand is run on
+whole, all-gathered tensors. So on the platforms with an aclnn handler the
+operator's custom call is wrapped in ``jax.experimental.custom_partitioning``
+(as TransformerEngine-JAX does for its custom calls), described by *factors*,
+one name per dimension, as in an einsum:
+
+* element-wise operators: one factor per result dimension; an operand
+  dimension that broadcasts (size 1) has no factor and is replicated;
+* ``batch_norm_reduce_backward``: the channel factor ``c`` is kept, every
+  other dimension of ``grad_out``/``input`` is a *reduction* factor.
+
+From the factors come the Shardy sharding rule (for propagation) and the
+partitioning: each factor takes the mesh axes that shard it in the first
+operand where it is sharded; each device runs the aclnn operator on its local
+blocks; results that are sums over a sharded reduction factor are
+``psum``-ed (only the small per-channel results move between devices).
+Operators whose result depends on global sizes (the ``"mean"`` of
+``smooth_l1_loss_backward``) adjust their local call in
+``AclnnPrimitive.local_call``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import jax
+from jax.experimental.custom_partitioning import custom_partitioning
+from jax.sharding import NamedSharding, PartitionSpec
+
+if TYPE_CHECKING:
+    from jax_aclnn._primitive import AclnnPrimitive
+
+#: Factors of one array: a name per dimension, None for a dimension that is
+#: never sharded (a broadcast size-1 dimension, a zero-sized placeholder).
+Factors = tuple[str | None, ...]
+
+
+def sharding_rule(in_factors: Sequence[Factors], out_factors: Sequence[Factors]):
+    """The Shardy rule string and its keyword arguments for ``def_partition``."""
+    reduction = sorted({f for fs in in_factors for f in fs if f} - {f for fs in out_factors for f in fs if f})
+    replicated: list[str] = []
+
+    def spell(fs: Factors) -> str:
+        names = []
+        for f in fs:
+            if f is None:
+                f = f"unsharded{len(replicated)}"
+                replicated.append(f)
+            names.append(f)
+        return " ".join(names)
+
+    ins = ", ".join(spell(fs) for fs in in_factors)
+    outs = ", ".join(spell(fs) for fs in out_factors)
+    return f"{ins} -> {outs}", {"reduction_factors": tuple(reduction),
+                                "need_replication_factors": tuple(replicated)}
+
+
+def _axes(entry: Any) -> tuple[str, ...]:
+    if entry is None:
+        return ()
+    return tuple(entry) if isinstance(entry, tuple) else (entry,)
+
+
+def factor_axes(in_factors: Sequence[Factors], shardings: Sequence[Any]) -> dict[str, tuple[str, ...]]:
+    """Mesh axes per factor: from the first operand that shards it, no axis twice."""
+    chosen: dict[str, tuple[str, ...]] = {}
+    used: set[str] = set()
+    for fs, sharding in zip(in_factors, shardings):
+        spec = tuple(getattr(sharding, "spec", ()))
+        for f, entry in zip(fs, spec):
+            axes = _axes(entry)
+            if f is None or not axes or f in chosen or used & set(axes):
+                continue
+            chosen[f] = axes
+            used |= set(axes)
+    return chosen
+
+
+def partitioned(op: AclnnPrimitive, in_avals: Sequence[Any], params: dict[str, Any]):
+    """``op``'s custom call as a ``custom_partitioning`` function of its operands."""
+    in_factors, out_factors = op.factors(in_avals, **params)
+    rule, rule_kwargs = sharding_rule(in_factors, out_factors)
+    reduced = {f for fs in in_factors for f in fs if f} - {f for fs in out_factors for f in fs if f}
+
+    def call(*args):
+        return op.ffi_call(*args, **params)
+
+    def partition(mesh, arg_shapes, result_shape):
+        axes = factor_axes(in_factors, [a.sharding for a in arg_shapes])
+
+        def sharding(fs: Factors) -> NamedSharding:
+            entries = [axes.get(f) if f else None for f in fs]
+            return NamedSharding(mesh, PartitionSpec(*[
+                None if not e else e[0] if len(e) == 1 else e for e in entries]))
+
+        reduce_axes = tuple(a for f in sorted(reduced) for a in axes.get(f, ()))
+
+        def lower_fn(*local_args):
+            outs = op.local_call(local_args, in_avals, **params)
+            return [jax.lax.psum(o, reduce_axes) for o in outs] if reduce_axes else outs
+
+        return (mesh, lower_fn, [sharding(fs) for fs in out_factors],
+                tuple(sharding(fs) for fs in in_factors))
+
+    fn = custom_partitioning(call)
+    fn.def_partition(partition=partition, sharding_rule=rule, **rule_kwargs)
+    return fn

@@ -1,0 +1,205 @@
+"""The operators under sharded ``jit`` over 8 host CPU devices: each device
+runs the aclnn operator on its own shard (no all-gather in the compiled HLO),
+results equal the unsharded ones; synchronized batch norm under
+``shard_map`` and ``pmap`` equals global batch norm, values and gradients."""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from conftest import NUM_DEVICES
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import jax_aclnn as aclnn
+from jax_aclnn import train
+
+pytestmark = pytest.mark.skipif(jax.device_count() < NUM_DEVICES, reason="needs 8 host devices")
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    return jax.make_mesh((4, 2), ("data", "model"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+
+def compiled_hlo(fn, *args) -> str:
+    return fn.lower(*args).compile().as_text()
+
+
+def collectives(hlo: str, kind: str) -> list[str]:
+    """Result shapes of the ``kind`` collectives (e.g. all-gather) in compiled HLO."""
+    return re.findall(rf"= (\(.*?\)|\S+) {kind}(?:-start)?\(", hlo)
+
+
+def normal(rng, shape):
+    return rng.normal(size=shape).astype(np.float32)
+
+
+OPS = {
+    "swish_backward": lambda g, x: aclnn.swish_backward(g, x, beta=1.5),
+    "logit_grad": lambda g, x: aclnn.logit_grad(jax.nn.sigmoid(x), g, eps=1e-3),
+    "hardshrink_backward": lambda g, x: aclnn.hardshrink_backward(g, x, lambd=0.3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+@pytest.mark.parametrize("spec", [P("data", "model"), P(None, ("data", "model")), P("model")])
+def test_elementwise_ops_run_on_their_shards(mesh, rng, name, spec):
+    g, x = normal(rng, (16, 8, 4)), normal(rng, (16, 8, 4))
+    fn = jax.jit(OPS[name])
+    sharded = [jax.device_put(a, NamedSharding(mesh, spec)) for a in (g, x)]
+    out = fn(*sharded)
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(fn(g, x)))
+    assert out.sharding.spec == spec
+    hlo = compiled_hlo(fn, *sharded)
+    assert "aclnn_" + name in hlo
+    assert not collectives(hlo, "all-gather") and not collectives(hlo, "all-to-all")
+
+
+def test_broadcast_operand_stays_replicated(mesh, rng):
+    g, x = normal(rng, (1, 8)), normal(rng, (16, 8))
+    fn = jax.jit(lambda g, x: aclnn.hardshrink_backward(g, x, lambd=0.3))
+    args = (jax.device_put(g, NamedSharding(mesh, P())),
+            jax.device_put(x, NamedSharding(mesh, P("data", "model"))))
+    out = fn(*args)
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(fn(g, x)))
+    assert out.sharding.spec == P("data", "model")
+    assert not collectives(compiled_hlo(fn, *args), "all-gather")
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_smooth_l1_keeps_the_global_element_count(mesh, rng, reduction):
+    x, y = normal(rng, (32, 6)), normal(rng, (32, 6))
+    g = np.float32(1.7) if reduction != "none" else normal(rng, (32, 6))
+    fn = jax.jit(lambda g, x, y: aclnn.smooth_l1_loss_backward(g, x, y, reduction=reduction, beta=0.5))
+    spec = P(("data", "model"))
+    args = (jax.device_put(g, NamedSharding(mesh, spec if np.ndim(g) else P())),
+            jax.device_put(x, NamedSharding(mesh, spec)), jax.device_put(y, NamedSharding(mesh, spec)))
+    d = x.astype(np.float64) - y
+    expected = np.asarray(g, np.float64) * np.where(np.abs(d) < 0.5, d / 0.5, np.sign(d))
+    if reduction == "mean":
+        expected /= x.size  # the global count, not a shard's
+    out = fn(*args)
+    np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-6, atol=1e-7)
+    assert not collectives(compiled_hlo(fn, *args), "all-gather")
+
+
+@pytest.mark.parametrize(
+    "specs",
+    [
+        (P("data"), P()),                      # batch sharded: local sums, all-reduce of (C,)
+        (P(("data", "model")), P()),           # over the whole mesh
+        (P("data", "model"), P("model")),      # channels sharded too
+        (P("data", None, "model"), P()),       # a spatial axis sharded
+    ],
+)
+@pytest.mark.parametrize("masks", [(True, True, True), (False, True, False)])
+def test_batch_norm_reduce_all_reduces_only_per_channel_sums(mesh, rng, specs, masks):
+    data_spec, channel_spec = specs
+    g, x = normal(rng, (16, 6, 4)), normal(rng, (16, 6, 4))
+    mean, invstd, weight = normal(rng, (6,)), rng.uniform(0.5, 2, 6).astype(np.float32), normal(rng, (6,))
+    names = ("input_g", "weight_g", "bias_g")
+    fn = jax.jit(lambda *a: aclnn.batch_norm_reduce_backward(*a, **dict(zip(names, masks))))
+    args = [jax.device_put(a, NamedSharding(mesh, data_spec)) for a in (g, x)]
+    args += [jax.device_put(a, NamedSharding(mesh, channel_spec)) for a in (mean, invstd, weight)]
+    out = fn(*args)
+    axes = (0, 2)
+    xmu = (g.astype(np.float64) * (x - mean[None, :, None])).sum(axes)
+    expected = (g.astype(np.float64).sum(axes), xmu, xmu * invstd, g.astype(np.float64).sum(axes))
+    wanted = (masks[0], masks[0], masks[1], masks[2])
+    for o, e, w in zip(out, expected, wanted):
+        assert (o is None) == (not w)
+        if w:
+            np.testing.assert_allclose(np.asarray(o), e, rtol=1e-5, atol=1e-5)
+    hlo = compiled_hlo(fn, *args)
+    assert not collectives(hlo, "all-gather")
+    reduced = collectives(hlo, "all-reduce")
+    assert reduced  # local sums, then an all-reduce of per-channel results only
+    for shape in reduced:
+        for dims in re.findall(r"\w+\[([\d,]*)\]", shape):
+            assert int(np.prod([int(d) for d in dims.split(",") if d])) <= 6, shape
+
+
+def test_sharded_training_step_equals_unsharded(rng):
+    mesh = jax.make_mesh((NUM_DEVICES,), ("batch",), axis_types=(jax.sharding.AxisType.Auto,))
+    data = train.load_data(None, None, seed=0)
+    optimizer = optax.adam(1e-2)
+    params = train.init_params(jax.random.key(0), data.x_train.shape[1])
+    state = optimizer.init(params)
+    step = jax.jit(train.make_train_step(optimizer, jnp.float32))
+    x, y = data.x_train[:64], data.y_train[:64]
+    expected = step(params, state, x, y)
+    replicated = NamedSharding(mesh, P())
+    args = (jax.device_put(params, replicated), jax.device_put(state, replicated),
+            jax.device_put(x, NamedSharding(mesh, P("batch"))),
+            jax.device_put(y, NamedSharding(mesh, P("batch"))))
+    got = step(*args)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(expected)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=2e-6)
+    hlo = compiled_hlo(step, *args)
+    for target in ("smooth_l1_loss_backward", "logit_grad", "hardshrink_backward",
+                   "swish_backward", "batch_norm_reduce_backward"):
+        assert "aclnn_" + target in hlo
+    assert not collectives(hlo, "all-gather") and not collectives(hlo, "all-to-all")
+
+
+# --- synchronized batch norm ------------------------------------------------
+
+
+def global_loss(x, w, b, t, channel_axis):
+    y, mean, var = aclnn.batch_norm(x, w, b, channel_axis=channel_axis)
+    return jnp.sum(jnp.sin(y) * t), (mean, var)
+
+
+@pytest.mark.parametrize("check_vma", [True, False])
+@pytest.mark.parametrize("channel_axis,shape", [(-1, (32, 5)), (1, (16, 3, 4))])
+def test_sync_batch_norm_in_shard_map_equals_global_batch_norm(rng, check_vma, channel_axis, shape):
+    mesh = jax.make_mesh((NUM_DEVICES,), ("batch",), axis_types=(jax.sharding.AxisType.Auto,))
+    c = shape[channel_axis]
+    x, t = normal(rng, shape) * 2 + 1, normal(rng, shape)
+    w, b = rng.uniform(0.5, 2, c).astype(np.float32), normal(rng, (c,))
+
+    def per_device(x, w, b, t):
+        y, mean, var = aclnn.batch_norm(x, w, b, channel_axis=channel_axis, axis_name="batch")
+        return jax.lax.psum(jnp.sum(jnp.sin(y) * t), "batch"), (mean, var)
+
+    sync = jax.shard_map(per_device, mesh=mesh, in_specs=(P("batch"), P(), P(), P("batch")),
+                         out_specs=(P(), (P(), P())), check_vma=check_vma)
+    batch, rep = NamedSharding(mesh, P("batch")), NamedSharding(mesh, P())
+    args = (jax.device_put(x, batch), jax.device_put(w, rep), jax.device_put(b, rep),
+            jax.device_put(t, batch))
+    # gradients taken outside the shard_map, of a jitted function containing it
+    (loss, stats), grads = jax.jit(jax.value_and_grad(sync, argnums=(0, 1, 2), has_aux=True))(*args)
+    (loss0, stats0), grads0 = jax.value_and_grad(global_loss, argnums=(0, 1, 2), has_aux=True)(
+        x, w, b, t, channel_axis)
+    np.testing.assert_allclose(float(loss), float(loss0), rtol=1e-5)
+    for a, e in zip(list(stats) + list(grads), list(stats0) + list(grads0)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(e), rtol=1e-4, atol=1e-5)
+
+
+def test_sync_batch_norm_under_pmap_gives_local_parameter_gradients(rng):
+    # Under pmap each device holds its own copy of the parameters, and the
+    # data-parallel pattern sums the gradients itself (psum after grad).
+    x, t = normal(rng, (NUM_DEVICES, 4, 3)), normal(rng, (NUM_DEVICES, 4, 3))
+    w, b = rng.uniform(0.5, 2, 3).astype(np.float32), normal(rng, (3,))
+
+    def per_device(x, w, b, t):
+        def loss(x, w, b):
+            y, _, _ = aclnn.batch_norm(x, w, b, axis_name="batch")
+            return jnp.sum(jnp.sin(y) * t)
+
+        gx, gw, gb = jax.grad(loss, argnums=(0, 1, 2))(x, w, b)
+        return gx, jax.lax.psum(gw, "batch"), jax.lax.psum(gb, "batch")
+
+    stack = lambda a: np.broadcast_to(a, (NUM_DEVICES,) + a.shape)  # noqa: E731
+    gx, gw, gb = jax.pmap(per_device, axis_name="batch")(x, stack(w), stack(b), t)
+    _, (gx0, gw0, gb0) = jax.value_and_grad(
+        lambda *a: global_loss(*a, t.reshape(-1, 3), -1)[0], argnums=(0, 1, 2))(x.reshape(-1, 3), w, b)
+    np.testing.assert_allclose(np.asarray(gx).reshape(-1, 3), np.asarray(gx0), rtol=1e-4, atol=1e-5)
+    for a, e in ((gw, gw0), (gb, gb0)):
+        np.testing.assert_allclose(np.asarray(a), np.broadcast_to(np.asarray(e), a.shape), rtol=1e-4, atol=1e-5)
