@@ -6,7 +6,11 @@ API; every such import lives here so that a JAX upgrade is fixed in one file.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import jax
+from jax._src import core as _core
 from jax._src import dispatch as _dispatch
 from jax._src import sharding_impls as _sharding_impls
 from jax._src.interpreters import batching, mlir
@@ -33,6 +37,21 @@ def varying_axes(x: jax.Array) -> frozenset:
     return frozenset(mat.varying if mat is not None else getattr(aval, "vma", ()))
 
 
+def match_varying_axes(args: Sequence[Any]) -> list[Any]:
+    """Operands cast to vary over the union of their manual axes, as lax's
+    n-ary operators do under ``shard_map`` with ``check_vma``."""
+    return list(_core.auto_insert_reshard(*args))
+
+
+def with_varying_axes(out: Any, in_avals: Sequence[Any]) -> Any:
+    """The output aval ``out`` varying over the manual axes of ``in_avals``."""
+    vma = frozenset().union(*(getattr(a, "mat", _core.ManualAxisType()).varying for a in in_avals))
+    if not vma:
+        return out
+    return out.update(sharding=_core.get_cur_mesh_sharding(),
+                      manual_axis_type=_core.ManualAxisType(varying=vma))
+
+
 def require_devices_during_lowering(primitive: Primitive) -> None:
     """Lower ``primitive`` knowing the device assignment, which
     ``custom_partitioning`` needs (TransformerEngine-JAX does the same)."""
@@ -54,10 +73,12 @@ __all__ = [
     "apply_primitive",
     "lower_fun",
     "lower_per_platform",
+    "match_varying_axes",
     "not_mapped",
     "primitive_batchers",
     "register_lowering",
     "require_devices_during_lowering",
     "spmd_partitioned",
     "varying_axes",
+    "with_varying_axes",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -62,25 +63,37 @@ def handler_platforms() -> tuple[str, ...]:
     return ("cpu", npu_platform())
 
 
-def _register() -> None:
-    _aclnn_ffi.load_host_provider(str(HOST_PROVIDER_LIBRARY))
-    npu = npu_platform()
-    for platform in ("cpu", npu):
-        # jaxlib registers queued handlers before queued types when a backend
-        # starts, so start it first: then the type is registered at once.
-        # For a platform whose plugin is absent, registration only queues the
-        # type and the targets in jaxlib; it is harmless.
-        try:
-            jax.devices(platform)
-        except RuntimeError:
-            pass
-        jax.ffi.register_ffi_type(STATE_TYPE_NAME, _aclnn_ffi.state_type(), platform=platform)
-    for target, per_platform in _aclnn_ffi.registrations().items():
-        jax.ffi.register_ffi_target(target, per_platform["cpu"], platform="cpu")
-        jax.ffi.register_ffi_target(target, per_platform["npu"], platform=npu)
+_aclnn_ffi.load_host_provider(str(HOST_PROVIDER_LIBRARY))
+_registered = False
+_register_lock = threading.Lock()
 
 
-_register()
+def ensure_registered() -> None:
+    """Registers the FFI state type and targets with JAX, once.
+
+    Called when the first operator is lowered, not at import: importing
+    jax_aclnn starts no JAX backend, so a program can still configure JAX
+    afterwards (``jax_num_cpu_devices``, ``jax.distributed.initialize``).
+    """
+    global _registered
+    with _register_lock:
+        if _registered:
+            return
+        npu = npu_platform()
+        for platform in ("cpu", npu):
+            # jaxlib registers queued handlers before queued types when a
+            # backend starts, so start it first: then the type is registered
+            # at once. For a platform whose plugin is absent, registration
+            # only queues the type and the targets in jaxlib; it is harmless.
+            try:
+                jax.devices(platform)
+            except RuntimeError:
+                pass
+            jax.ffi.register_ffi_type(STATE_TYPE_NAME, _aclnn_ffi.state_type(), platform=platform)
+        for target, per_platform in _aclnn_ffi.registrations().items():
+            jax.ffi.register_ffi_target(target, per_platform["cpu"], platform="cpu")
+            jax.ffi.register_ffi_target(target, per_platform["npu"], platform=npu)
+        _registered = True
 
 
 def set_executor_reuse(enabled: bool) -> bool:

@@ -56,7 +56,7 @@ class AclnnPrimitive:
         p = _compat.Primitive(self.name)
         p.multiple_results = self.multiple_results
         p.def_impl(lambda *args, **params: _compat.apply_primitive(p, *args, **params))
-        p.def_abstract_eval(self.abstract_eval)
+        p.def_abstract_eval(self._abstract_eval)
         _compat.register_lowering(p, self._lower)
         _compat.primitive_batchers[p] = self.batch
         _compat.require_devices_during_lowering(p)
@@ -102,7 +102,13 @@ class AclnnPrimitive:
     def bind(self, *args: Any, **params: Any) -> Any:
         if reference_forced(self.name):
             return self.reference(*args, **params)
-        return self.primitive.bind(*args, **params)
+        return self.primitive.bind(*_compat.match_varying_axes(args), **params)
+
+    def _abstract_eval(self, *avals: ShapedArray, **params: Any) -> Any:
+        out = self.abstract_eval(*avals, **params)
+        if self.multiple_results:
+            return [_compat.with_varying_axes(o, avals) for o in out]
+        return _compat.with_varying_axes(out, avals)
 
     def ffi_call(self, *args: Any, **params: Any) -> list[Any]:
         """The typed-FFI custom call of this operator (a list of results)."""
@@ -119,6 +125,7 @@ class AclnnPrimitive:
         return _compat.lower_fun(fn, multiple_results=True)(ctx, *args)
 
     def _lower(self, ctx: Any, *args: Any, **params: Any) -> Any:
+        _ffi.ensure_registered()
         rules = {platform: self._lower_ffi for platform in _ffi.handler_platforms()}
         reference = _compat.lower_fun(self.reference, multiple_results=self.multiple_results)
         return _compat.lower_per_platform(ctx, self.name, rules, reference, set(), *args, **params)

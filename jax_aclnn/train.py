@@ -28,6 +28,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 from tqdm import tqdm
 
 import jax_aclnn as aclnn
@@ -94,11 +96,16 @@ def init_params(key: jax.Array, features: int) -> dict[str, jax.Array]:
     }
 
 
-def predict(params: dict[str, jax.Array], x: jax.Array, dtype: Any) -> tuple[jax.Array, jax.Array]:
-    """Two predictions in (0, 1): p0, and p1 refined from it through logit."""
+def predict(params: dict[str, jax.Array], x: jax.Array, dtype: Any,
+            axis_name: str | None = None) -> tuple[jax.Array, jax.Array]:
+    """Two predictions in (0, 1): p0, and p1 refined from it through logit.
+
+    With ``axis_name`` (inside ``shard_map``), batch norm is synchronized
+    over that axis: the statistics of the whole global batch.
+    """
     p = jax.tree.map(lambda a: a.astype(dtype), params)
     h = x.astype(dtype) @ p["w1"]
-    h, _, _ = aclnn.batch_norm(h, p["bn_scale"], p["bn_shift"], channel_axis=-1)
+    h, _, _ = aclnn.batch_norm(h, p["bn_scale"], p["bn_shift"], channel_axis=-1, axis_name=axis_name)
     h = aclnn.swish(h, beta=1.0)
     h = aclnn.hardshrink(h @ p["w2"] + p["b2"], lambd=0.05)
     p0 = jax.nn.sigmoid(h @ p["head0"])[:, 0]
@@ -106,11 +113,14 @@ def predict(params: dict[str, jax.Array], x: jax.Array, dtype: Any) -> tuple[jax
     return p0, p1
 
 
-def loss_fn(params, x, y, dtype):
-    p0, p1 = predict(params, x, dtype)
+def loss_fn(params, x, y, dtype, axis_name: str | None = None):
+    """Smooth L1 loss of both predictions; with ``axis_name``, the mean over
+    the devices of that axis (equal shards: the global batch's mean)."""
+    p0, p1 = predict(params, x, dtype, axis_name)
     y = y.astype(dtype)
     loss = aclnn.smooth_l1_loss(p0, y, beta=0.1) + aclnn.smooth_l1_loss(p1, y, beta=0.1)
-    return loss.astype(jnp.float32)
+    loss = loss.astype(jnp.float32)
+    return loss if axis_name is None else jax.lax.pmean(loss, axis_name)
 
 
 def make_train_step(optimizer: optax.GradientTransformation, dtype: Any):
@@ -125,20 +135,65 @@ def make_train_step(optimizer: optax.GradientTransformation, dtype: Any):
     return train_step
 
 
-def make_steps(optimizer: optax.GradientTransformation, dtype: Any):
-    """The jit-compiled, ensemble-vmapped training and evaluation steps."""
-    train_step = make_train_step(optimizer, dtype)
+#: The data-parallel mesh axis of the training step.
+BATCH_AXIS = "batch"
+
+
+def make_steps(optimizer: optax.GradientTransformation, dtype: Any, mesh: Mesh):
+    """The jit-compiled training and evaluation steps of the ensemble.
+
+    Training is data-parallel over ``mesh``: each device takes its slice of
+    the global batch (``shard_map``), batch norm is synchronized across
+    devices, the parameters are replicated and their gradients (taken
+    outside the ``shard_map``) are those of the global batch. Inside, the
+    ensemble members are ``jax.vmap``-ed. Evaluation runs the vmapped
+    ensemble on the whole validation set.
+    """
+
+    def member_losses(params, x, y):  # on each device: (ensemble,) global losses
+        return jax.vmap(lambda p: loss_fn(p, x, y, dtype, BATCH_AXIS))(params)
+
+    data_parallel_losses = jax.shard_map(
+        member_losses, mesh=mesh, in_specs=(P(), P(BATCH_AXIS), P(BATCH_AXIS)), out_specs=P())
+
+    def train_step(params, opt_state, x, y):
+        def total(params):
+            losses = data_parallel_losses(params, x, y)
+            return losses.sum(), losses  # members are independent: the sum separates
+
+        (_, losses), grads = jax.value_and_grad(total, has_aux=True)(params)
+        updates, opt_state = jax.vmap(optimizer.update)(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, losses
 
     def evaluate(params, x, y):
         p0, p1 = predict(params, x, dtype)
         return loss_fn(params, x, y, dtype), p1.astype(jnp.float32)
 
-    ensemble_train = jax.jit(jax.vmap(train_step, in_axes=(0, 0, None, None)))
-    ensemble_eval = jax.jit(jax.vmap(evaluate, in_axes=(0, None, None)))
-    return ensemble_train, ensemble_eval
+    return jax.jit(train_step), jax.jit(jax.vmap(evaluate, in_axes=(0, None, None)))
+
+
+def data_parallel_mesh(devices: int, batch_size: int) -> Mesh:
+    """A 1-D mesh of the first ``devices`` JAX devices; on the CPU asks JAX
+    for that many host devices first (before its CPU backend starts)."""
+    if devices < 1:
+        raise SystemExit(f"--devices must be >= 1, got {devices}")
+    if batch_size % devices:
+        raise SystemExit(f"--batch-size {batch_size} must be a multiple of --devices {devices}")
+    if devices > 1:
+        try:
+            jax.config.update("jax_num_cpu_devices", devices)
+        except RuntimeError:
+            pass  # JAX has started already: use the devices it has
+    available = jax.devices()
+    if len(available) < devices:
+        raise SystemExit(f"--devices {devices}: only {len(available)} {available[0].platform} "
+                         f"device(s); on the CPU set JAX_NUM_CPU_DEVICES={devices} or run "
+                         "--devices before anything starts JAX")
+    return Mesh(np.array(available[:devices]), (BATCH_AXIS,), axis_types=(AxisType.Auto,))
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    mesh = data_parallel_mesh(args.devices, args.batch_size)  # before anything starts JAX
     dtype = jnp.dtype(args.dtype)
     data = load_data(args.data, args.target, args.seed)
     features = data.x_train.shape[1]
@@ -146,11 +201,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     params = jax.vmap(lambda k: init_params(k, features))(keys)
     optimizer = optax.adam(args.lr)
     opt_state = jax.vmap(optimizer.init)(params)
-    train_step, evaluate = make_steps(optimizer, dtype)
+    train_step, evaluate = make_steps(optimizer, dtype, mesh)
+    replicated, sharded = NamedSharding(mesh, P()), NamedSharding(mesh, P(BATCH_AXIS))
+    params, opt_state = jax.device_put((params, opt_state), replicated)
     print(
         f"jax_aclnn train: {data.name}, {len(data.x_train)} train / {len(data.x_val)} validation "
         f"rows, {features} features; ensemble of {args.ensemble} seeds, {args.dtype}, "
-        f"{args.epochs} epochs on {jax.devices()[0].platform}"
+        f"{args.epochs} epochs; data-parallel over {args.devices} {mesh.devices.flat[0].platform} "
+        f"device(s), global batch {args.batch_size}, synchronized batch norm"
     )
     aclnn.reset_runtime_stats()
     rng = np.random.default_rng(args.seed)
@@ -165,7 +223,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             losses = []
             for s in range(steps):
                 idx = order[s * args.batch_size : (s + 1) * args.batch_size]
-                params, opt_state, loss = train_step(params, opt_state, data.x_train[idx], data.y_train[idx])
+                x, y = jax.device_put((data.x_train[idx], data.y_train[idx]), sharded)
+                params, opt_state, loss = train_step(params, opt_state, x, y)
                 losses.append(loss)
             train_loss = float(jnp.mean(jnp.stack(losses)))
             val_loss = float(evaluate(params, data.x_val, data.y_val)[0].mean())
@@ -229,6 +288,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", metavar="COLUMN", help="the CSV column to predict (with --data)")
     p.add_argument("--epochs", type=int, default=30, help="training epochs (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=32, help="examples per step (default: %(default)s)")
+    p.add_argument("--devices", type=int, default=1, help="data-parallel devices (on the CPU: host devices) sharing each global batch (default: %(default)s)")
     p.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate (default: %(default)s)")
     p.add_argument("--ensemble", type=int, default=4, help="models trained from different seeds in one vmapped step (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")

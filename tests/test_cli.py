@@ -63,3 +63,19 @@ def test_bench_small_run_writes_its_results(tmp_path):
     step = result["executor_reuse"]["training step, batch 32"]
     assert step["aclnn_calls"] > 0 and step["workspace_queries_with_reuse"] == 0
     assert (tmp_path / "bench.png").stat().st_size > 1000
+
+
+def test_train_data_parallel_matches_one_device():
+    def curve(devices: str) -> list[str]:
+        out = run("train", "--epochs", "2", "--ensemble", "2", "--quiet", "--devices", devices)
+        assert f"data-parallel over {devices} cpu device(s)" in out
+        return [line for line in out.splitlines() if line.startswith("epoch")]
+
+    one, four = curve("1"), curve("4")
+    assert len(one) == 2 and one == four  # the same losses to the printed 4 digits
+
+
+def test_train_devices_must_divide_the_batch():
+    out = subprocess.run([sys.executable, "-m", "jax_aclnn", "train", "--devices", "3"],
+                         capture_output=True, text=True, timeout=120, cwd=tempfile.gettempdir())
+    assert out.returncode != 0 and "multiple of --devices 3" in out.stderr
