@@ -28,13 +28,19 @@ from jax_aclnn.ops import (
 from jax_aclnn.ops.smooth_l1_loss_backward import REDUCTIONS, reduction_code
 
 
-def _sum_to_shape(a: jax.Array, shape: tuple[int, ...]) -> jax.Array:
-    """Sums a broadcast result back to an operand's shape."""
-    lead = a.ndim - len(shape)
+def _cotangent_like(ct: jax.Array, primal: jax.Array) -> jax.Array:
+    """``ct`` given the type of ``primal``: broadcast axes summed back to its
+    shape, and, under ``shard_map``, summed over the mesh axes ``ct`` varies
+    over and ``primal`` does not (a value shared by the devices collects
+    every device's part, as JAX's own transposes do)."""
+    lead = ct.ndim - primal.ndim
     axes = tuple(range(lead)) + tuple(
-        lead + i for i, n in enumerate(shape) if n == 1 and a.shape[lead + i] != 1
+        lead + i for i, n in enumerate(primal.shape) if n == 1 and ct.shape[lead + i] != 1
     )
-    return a.sum(axes).reshape(shape) if axes else a
+    if axes:
+        ct = ct.sum(axes).reshape(primal.shape)
+    shared = _compat.varying_axes(ct) - _compat.varying_axes(primal)
+    return jax.lax.psum(ct, tuple(sorted(shared))) if shared else ct
 
 
 # --- smooth L1 ------------------------------------------------------------
@@ -100,7 +106,7 @@ def _smooth_l1_loss_bwd(reduction, beta, res, g):
     grad = smooth_l1_loss_backward(
         g, jnp.broadcast_to(x, shape), y, reduction=reduction, beta=beta
     )
-    return _sum_to_shape(grad, x.shape), _sum_to_shape(-grad, y.shape)
+    return _cotangent_like(grad, x), _cotangent_like(-grad, y)
 
 
 _smooth_l1_loss.defvjp(_smooth_l1_loss_fwd, _smooth_l1_loss_bwd)
@@ -288,15 +294,23 @@ def _bn_statistics(x, axis, axis_name):
     return mean, sq / count, count
 
 
-def _replicated(param, x, axis_name) -> bool:
-    """Whether ``param`` is one value shared across ``axis_name`` while ``x``
-    varies over it: its gradient is then the global sum. Otherwise (a
-    per-device copy, as under ``pmap``; or shard_map with ``check_vma=False``,
-    whose transpose itself sums the gradients of replicated inputs) it is the
-    local part, and summing is left to the caller, as PyTorch's
-    SyncBatchNorm leaves it to DDP."""
-    names = set(axis_name) if isinstance(axis_name, (tuple, list)) else {axis_name}
-    return names <= _compat.varying_axes(x) and not names & _compat.varying_axes(param)
+def _parameter_gradient(local, global_, param, x, axis_name):
+    """The gradient of a weight or bias from this device's sums ``local``
+    and, with ``axis_name``, the sums over that axis ``global_``.
+
+    A parameter shared by the devices of ``axis_name`` (unvarying under
+    ``shard_map``) gets the global sums; under ``shard_map`` it also collects
+    the parts of other mesh axes over which ``x`` varies (see
+    :func:`_cotangent_like`). A per-device copy (``pmap``, or a parameter
+    that varies itself) gets its local part, and summing is left to the
+    caller, as PyTorch's SyncBatchNorm leaves it to DDP; so does shard_map
+    with ``check_vma=False``, whose transpose sums the gradients of
+    replicated inputs itself.
+    """
+    names = frozenset(axis_name if isinstance(axis_name, (tuple, list)) else (axis_name,))
+    shared = _compat.varying_axes(x) - _compat.varying_axes(param)
+    value = global_ if axis_name is not None and names <= shared else local
+    return _cotangent_like(value, param)
 
 
 def _channel(v, ndim, axis):
@@ -344,10 +358,11 @@ def _batch_norm_bwd(axis, eps, axis_name, res, cts):
     if axis_name is not None:
         # SyncBatchNorm: the element-wise step needs the global sums.
         sum_dy, sum_dy_xmu = jax.lax.psum((sum_dy, sum_dy_xmu), axis_name)
-        if grad_weight is not None and _replicated(weight, x, axis_name):
-            grad_weight = (sum_dy_xmu * invstd).astype(dtype)
-        if grad_bias is not None and _replicated(bias, x, axis_name):
-            grad_bias = sum_dy.astype(dtype)
+    if grad_weight is not None:
+        grad_weight = _parameter_gradient(
+            grad_weight, (sum_dy_xmu * invstd).astype(dtype), weight, x, axis_name)
+    if grad_bias is not None:
+        grad_bias = _parameter_gradient(grad_bias, sum_dy.astype(dtype), bias, x, axis_name)
     scale = invstd if weight is None else invstd * weight.astype(jnp.float32)
     ch = lambda v: _channel(v, x.ndim, axis)  # noqa: E731
     xmu = x.astype(jnp.float32) - ch(mean)

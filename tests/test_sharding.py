@@ -151,35 +151,74 @@ def test_sharded_training_step_equals_unsharded(rng):
 # --- synchronized batch norm ------------------------------------------------
 
 
-def global_loss(x, w, b, t, channel_axis):
-    y, mean, var = aclnn.batch_norm(x, w, b, channel_axis=channel_axis)
-    return jnp.sum(jnp.sin(y) * t), (mean, var)
+def reference_batch_norm(x, w, b, channel_axis):
+    """Training-mode batch norm in plain jax.numpy (the oracle)."""
+    axes = tuple(i for i in range(x.ndim) if i != channel_axis % x.ndim)
+    shape = [1] * x.ndim
+    shape[channel_axis] = -1
+    mean, var = x.mean(axes), x.var(axes)
+    y = (x - mean.reshape(shape)) / jnp.sqrt(var.reshape(shape) + 1e-5)
+    return y * w.reshape(shape) + b.reshape(shape), mean, var
+
+
+def oracle_loss(x, w, b, t, channel_axis, shards=1):
+    """sum(sin(bn(x)) * t), batch norm over the whole batch or per shard."""
+    total, stats = 0.0, []
+    for xs, ts in zip(jnp.split(x, shards), jnp.split(t, shards)):
+        y, mean, var = reference_batch_norm(xs, w, b, channel_axis)
+        total = total + jnp.sum(jnp.sin(y) * ts)
+        stats.append((mean, var))
+    return total, stats[0]
 
 
 @pytest.mark.parametrize("check_vma", [True, False])
+@pytest.mark.parametrize("synchronized", [True, False])
 @pytest.mark.parametrize("channel_axis,shape", [(-1, (32, 5)), (1, (16, 3, 4))])
-def test_sync_batch_norm_in_shard_map_equals_global_batch_norm(rng, check_vma, channel_axis, shape):
+def test_batch_norm_in_shard_map_equals_global_batch_norm(rng, check_vma, synchronized,
+                                                          channel_axis, shape):
+    """Synchronized: batch norm of the whole batch; not: of each device's
+    shard. Either way the gradients of the replicated weight and bias sum
+    every device's part, exactly once."""
     mesh = jax.make_mesh((NUM_DEVICES,), ("batch",), axis_types=(jax.sharding.AxisType.Auto,))
     c = shape[channel_axis]
     x, t = normal(rng, shape) * 2 + 1, normal(rng, shape)
     w, b = rng.uniform(0.5, 2, c).astype(np.float32), normal(rng, (c,))
 
     def per_device(x, w, b, t):
-        y, mean, var = aclnn.batch_norm(x, w, b, channel_axis=channel_axis, axis_name="batch")
-        return jax.lax.psum(jnp.sum(jnp.sin(y) * t), "batch"), (mean, var)
+        y, mean, var = aclnn.batch_norm(x, w, b, channel_axis=channel_axis,
+                                        axis_name="batch" if synchronized else None)
+        return jax.lax.psum(jnp.sum(jnp.sin(y) * t), "batch"), (mean[None], var[None])
 
-    sync = jax.shard_map(per_device, mesh=mesh, in_specs=(P("batch"), P(), P(), P("batch")),
-                         out_specs=(P(), (P(), P())), check_vma=check_vma)
+    sharded = jax.shard_map(per_device, mesh=mesh, in_specs=(P("batch"), P(), P(), P("batch")),
+                            out_specs=(P(), (P("batch"), P("batch"))), check_vma=check_vma)
     batch, rep = NamedSharding(mesh, P("batch")), NamedSharding(mesh, P())
     args = (jax.device_put(x, batch), jax.device_put(w, rep), jax.device_put(b, rep),
             jax.device_put(t, batch))
     # gradients taken outside the shard_map, of a jitted function containing it
-    (loss, stats), grads = jax.jit(jax.value_and_grad(sync, argnums=(0, 1, 2), has_aux=True))(*args)
-    (loss0, stats0), grads0 = jax.value_and_grad(global_loss, argnums=(0, 1, 2), has_aux=True)(
-        x, w, b, t, channel_axis)
+    (loss, stats), grads = jax.jit(jax.value_and_grad(sharded, argnums=(0, 1, 2), has_aux=True))(*args)
+    shards = 1 if synchronized else NUM_DEVICES
+    (loss0, stats0), grads0 = jax.value_and_grad(oracle_loss, argnums=(0, 1, 2), has_aux=True)(
+        x, w, b, t, channel_axis, shards)
     np.testing.assert_allclose(float(loss), float(loss0), rtol=1e-5)
+    stats = [s[0] for s in stats]  # the first device's statistics
     for a, e in zip(list(stats) + list(grads), list(stats0) + list(grads0)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(e), rtol=1e-4, atol=1e-5)
+
+
+def test_shared_target_of_smooth_l1_collects_every_devices_gradient(rng):
+    mesh = jax.make_mesh((NUM_DEVICES,), ("batch",), axis_types=(jax.sharding.AxisType.Auto,))
+    x, y = normal(rng, (16, 3)), normal(rng, (3,))
+
+    def per_device(x, y):
+        return jax.lax.psum(aclnn.smooth_l1_loss(x, y, reduction="sum", beta=0.5), "batch")
+
+    loss = jax.shard_map(per_device, mesh=mesh, in_specs=(P("batch"), P()), out_specs=P())
+    args = (jax.device_put(x, NamedSharding(mesh, P("batch"))), jax.device_put(y, NamedSharding(mesh, P())))
+    gx, gy = jax.jit(jax.grad(loss, argnums=(0, 1)))(*args)
+    d = x.astype(np.float64) - y
+    dloss = np.where(np.abs(d) < 0.5, d / 0.5, np.sign(d))
+    np.testing.assert_allclose(np.asarray(gx), dloss, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(gy), -dloss.sum(0), rtol=1e-5)
 
 
 def test_sync_batch_norm_under_pmap_gives_local_parameter_gradients(rng):
@@ -198,8 +237,8 @@ def test_sync_batch_norm_under_pmap_gives_local_parameter_gradients(rng):
 
     stack = lambda a: np.broadcast_to(a, (NUM_DEVICES,) + a.shape)  # noqa: E731
     gx, gw, gb = jax.pmap(per_device, axis_name="batch")(x, stack(w), stack(b), t)
-    _, (gx0, gw0, gb0) = jax.value_and_grad(
-        lambda *a: global_loss(*a, t.reshape(-1, 3), -1)[0], argnums=(0, 1, 2))(x.reshape(-1, 3), w, b)
+    gx0, gw0, gb0 = jax.grad(lambda *a: oracle_loss(*a, t.reshape(-1, 3), -1)[0], argnums=(0, 1, 2))(
+        x.reshape(-1, 3), w, b)
     np.testing.assert_allclose(np.asarray(gx).reshape(-1, 3), np.asarray(gx0), rtol=1e-4, atol=1e-5)
     for a, e in ((gw, gw0), (gb, gb0)):
         np.testing.assert_allclose(np.asarray(a), np.broadcast_to(np.asarray(e), a.shape), rtol=1e-4, atol=1e-5)
