@@ -28,6 +28,12 @@ def test_ffi_module_sources_agree():
     assert bazel_sources("_aclnn_ffi") == cmake_sources("ACLNN_FFI_SOURCES")
 
 
+def test_every_header_is_listed_in_bazel():
+    text = (ROOT / "BUILD").read_text()
+    for header in (ROOT / "csrc").rglob("*.h"):
+        assert f'"{header.relative_to(ROOT)}"' in text, header
+
+
 def test_every_source_file_is_built():
     on_disk = {str(p.relative_to(ROOT)) for p in (ROOT / "csrc").rglob("*.cc")}
     assert on_disk == cmake_sources("ACLNN_HOST_SOURCES") | cmake_sources("ACLNN_FFI_SOURCES")

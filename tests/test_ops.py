@@ -173,7 +173,11 @@ def bn_reduce_numpy(g, x, mean, invstd):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [(64, 3), (4, 5, 37), (3, 16, 4, 5), (2, 300, 3)])
+@pytest.mark.parametrize(
+    "shape",
+    # short rows, several channel blocks, long rows (inner >= 16384 elements)
+    [(64, 3), (4, 5, 37), (3, 16, 4, 5), (2, 300, 3), (5, 1000, 33), (2, 3, 128, 130)],
+)
 def test_batch_norm_reduce_backward(rng, dtype, shape):
     C = shape[1]
     x = as_dtype(rng.normal(size=shape), dtype)

@@ -1,13 +1,19 @@
 // Element types of the host provider: float32, float16 and bfloat16 storage,
-// always computed in float32. Conversions are plain loops over contiguous
-// chunks, which the compiler vectorises (F16C / AVX-512 FP16 / NEON).
+// always computed in float32. Conversions are branch-free integer and float
+// formulas in plain loops, which the compiler vectorises for any SIMD
+// instruction set; contiguous float16 goes through Highway when the build
+// has it (the CPU's conversion instructions: twice as fast as the formulas).
+// GCC 12 does not vectorise conversions of the _Float16 type itself.
 #ifndef JAX_ACLNN_HOST_DTYPE_H_
 #define JAX_ACLNN_HOST_DTYPE_H_
 
 #include <cstdint>
-#include <cstring>
 
 #include "aclnn_abi.h"
+
+#if JAX_ACLNN_HAVE_HIGHWAY
+#include "hwy/highway.h"
+#endif
 
 namespace jax_aclnn::host {
 
@@ -38,20 +44,71 @@ inline int64_t ElementSize(aclDataType t) {
   }
 }
 
-inline float Bf16ToFloat(uint16_t h) {
-  uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
+inline float BitsToFloat(uint32_t bits) { return __builtin_bit_cast(float, bits); }
+inline uint32_t FloatToBits(float f) { return __builtin_bit_cast(uint32_t, f); }
+
+inline float Bf16ToFloat(uint16_t h) { return BitsToFloat(static_cast<uint32_t>(h) << 16); }
 
 // Round to nearest even; NaN stays a (quiet) NaN.
 inline uint16_t FloatToBf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
+  uint32_t bits = FloatToBits(f);
+  const uint32_t rounded = bits + 0x7fffu + ((bits >> 16) & 1u);
+  const uint32_t quiet_nan = bits | 0x400000u;
+  return static_cast<uint16_t>(((bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded) >> 16);
+}
+
+// IEEE binary16 -> float, exact. Subnormals go through an integer-to-float
+// conversion, so no float subnormal is involved (correct with DAZ/FTZ on).
+inline float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t em = h & 0x7fffu;  // exponent and mantissa
+  const uint32_t subnormal = FloatToBits(static_cast<float>(static_cast<int32_t>(em)) * 0x1p-24f);
+  const uint32_t normal = (em << 13) + ((127u - 15u) << 23);
+  const uint32_t inf_nan = (em << 13) | 0x7f800000u;
+  return BitsToFloat(sign | (em < 0x400u ? subnormal : em < 0x7c00u ? normal : inf_nan));
+}
+
+// float -> IEEE binary16, round to nearest even; overflow gives inf, NaN a
+// quiet NaN (the branch-free method of F. Giesen's float_to_half_fast3_rtne).
+inline uint16_t FloatToHalf(float f) {
+  const uint32_t bits = FloatToBits(f);
+  const uint32_t sign = bits & 0x80000000u;
+  const uint32_t a = bits ^ sign;  // |f|
+  // |f| < 2^-14: the float addition aligns the mantissa and rounds it.
+  constexpr uint32_t kDenormMagic = ((127u - 15u) + (23u - 10u) + 1u) << 23;
+  const uint32_t subnormal = FloatToBits(BitsToFloat(a) + BitsToFloat(kDenormMagic)) - kDenormMagic;
+  const uint32_t normal = (a + ((15u - 127u) << 23) + 0xfffu + ((a >> 13) & 1u)) >> 13;
+  const uint32_t big = a > 0x7f800000u ? 0x7e00u : 0x7c00u;  // NaN, else inf
+  const uint32_t h = a >= ((127u + 16u) << 23) ? big : a < (113u << 23) ? subnormal : normal;
+  return static_cast<uint16_t>(h | (sign >> 16));
+}
+
+// Contiguous float16 <-> float32: Highway's conversions (the CPU's own
+// instructions) for whole vectors, the formulas above for the tail.
+inline void HalvesToFloats(const uint16_t* __restrict src, int64_t n, float* __restrict dst) {
+  int64_t i = 0;
+#if JAX_ACLNN_HAVE_HIGHWAY
+  namespace hn = hwy::HWY_NAMESPACE;
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const auto* s = reinterpret_cast<const hwy::float16_t*>(src);
+  for (; i + lanes <= n; i += lanes) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, s + i)), df, dst + i);
+#endif
+  for (; i < n; ++i) dst[i] = HalfToFloat(src[i]);
+}
+
+inline void FloatsToHalves(const float* __restrict src, int64_t n, uint16_t* __restrict dst) {
+  int64_t i = 0;
+#if JAX_ACLNN_HAVE_HIGHWAY
+  namespace hn = hwy::HWY_NAMESPACE;
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  auto* d = reinterpret_cast<hwy::float16_t*>(dst);
+  for (; i + lanes <= n; i += lanes) hn::StoreU(hn::DemoteTo(dh, hn::LoadU(df, src + i)), dh, d + i);
+#endif
+  for (; i < n; ++i) dst[i] = FloatToHalf(src[i]);
 }
 
 // Reads n elements of type `t` starting at `src` with element stride `stride`
@@ -71,12 +128,9 @@ inline void LoadAsFloat(aclDataType t, const void* src, int64_t stride, int64_t 
       break;
     }
     case ACL_FLOAT16: {
-      const _Float16* s = static_cast<const _Float16*>(src);
-      if (stride == 1) {
-        for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(s[i]);
-      } else {
-        for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(s[i * stride]);
-      }
+      const uint16_t* s = static_cast<const uint16_t*>(src);
+      if (stride == 1) return HalvesToFloats(s, n, dst);
+      for (int64_t i = 0; i < n; ++i) dst[i] = HalfToFloat(s[i * stride]);
       break;
     }
     default: {  // ACL_BF16
@@ -97,12 +151,9 @@ inline void StoreFromFloat(aclDataType t, const float* __restrict src, int64_t n
       break;
     }
     case ACL_FLOAT16: {
-      _Float16* d = static_cast<_Float16*>(dst);
-      if (stride == 1) {
-        for (int64_t i = 0; i < n; ++i) d[i] = static_cast<_Float16>(src[i]);
-      } else {
-        for (int64_t i = 0; i < n; ++i) d[i * stride] = static_cast<_Float16>(src[i]);
-      }
+      uint16_t* d = static_cast<uint16_t*>(dst);
+      if (stride == 1) return FloatsToHalves(src, n, d);
+      for (int64_t i = 0; i < n; ++i) d[i * stride] = FloatToHalf(src[i]);
       break;
     }
     default: {  // ACL_BF16

@@ -4,8 +4,10 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 
 #include "host/dtype.h"
+#include "host/memory.h"
 #include "host/parallel.h"
 
 namespace jax_aclnn::host {
@@ -204,6 +206,7 @@ void Pointwise(const F& f, const View* inputs, int num_inputs, const View& out,
   const int64_t total = out.NumElements();
   if (total == 0) return;
   const Layout l = Collapse(out, inputs, num_inputs);
+  AdviseHugePages(out.data, total * ElementSize(out.dtype));
   const int64_t num_tasks =
       std::min<int64_t>((total + kGrain - 1) / kGrain, 4 * NumThreads(stream));
   ParallelFor(stream, num_tasks, [&](int64_t t) {
@@ -234,13 +237,18 @@ namespace {
 // on the shape only, never on the thread count, so that the partial sums
 // and their combine order (and so the result bits) are the same everywhere.
 constexpr int64_t kBnBatchBlocks = 16;
-constexpr int64_t kBnChannelBlock = 256;
+// Short rows (inner < kBnRowWidth): a channel block spans about this many
+// contiguous elements of one row (64 KiB of float32: each task streams long
+// runs of memory), accumulated element-wise in float.
+constexpr int64_t kBnRowWidth = 16384;
+// Long rows: channels per block.
+constexpr int64_t kBnLongRowChannels = 64;
 // Rows accumulated in float before they are added into double partials.
 constexpr int64_t kBnFlushRows = 64;
 
 struct BnShape {
   int64_t outer, channels, inner;
-  int64_t batch_blocks, channel_blocks;
+  int64_t batch_blocks, channel_block, channel_blocks;
 };
 
 BnShape BnShapeOf(const View& input) {
@@ -250,13 +258,21 @@ BnShape BnShapeOf(const View& input) {
   s.inner = 1;
   for (int d = 2; d < input.rank; ++d) s.inner *= input.dims[d];
   s.batch_blocks = std::max<int64_t>(1, std::min(s.outer, kBnBatchBlocks));
-  s.channel_blocks = (s.channels + kBnChannelBlock - 1) / kBnChannelBlock;
+  s.channel_block = s.inner < kBnRowWidth ? std::max<int64_t>(1, kBnRowWidth / s.inner)
+                                          : kBnLongRowChannels;
+  s.channel_block = std::max<int64_t>(1, std::min(s.channel_block, s.channels));
+  s.channel_blocks = (s.channels + s.channel_block - 1) / s.channel_block;
   return s;
 }
 
 // Stride between consecutive elements of dims [2, rank) taken as one
 // dimension; 1 when there are none.
 int64_t InnerStride(const View& v) { return v.rank > 2 ? v.strides[v.rank - 1] : 1; }
+
+// Whether a row's channels and inner elements form one contiguous run.
+bool RowsContiguous(const View& v, int64_t inner) {
+  return InnerStride(v) == 1 && (v.dims[1] == 1 || v.strides[1] == inner);
+}
 
 const char* At(const View& v, int64_t n, int64_t c, int64_t i) {
   return static_cast<const char*>(v.data) +
@@ -271,41 +287,87 @@ const float* Floats(const View& v, const char* p, int64_t s, int64_t n, float* b
   return buf;
 }
 
-// Partial sums of batch block `bb` for channels [c0, c1): partial[c] holds
-// (sum dy, sum dy * (x - mean)) in double.
-void BnPartial(const BnShape& s, const View& g, const View& x, const float* mean,
-               int64_t bb, int64_t c0, int64_t c1, double* partial) {
-  alignas(64) float gbuf[kChunk], xbuf[kChunk];
-  const int64_t n0 = s.outer * bb / s.batch_blocks, n1 = s.outer * (bb + 1) / s.batch_blocks;
-  for (int64_t c = c0; c < c1; ++c) partial[2 * c] = partial[2 * c + 1] = 0.0;
-  if (s.inner == 1) {  // (N, C): vectorise across channels
-    alignas(64) float acc_dy[kBnChannelBlock], acc_xmu[kBnChannelBlock];
-    const int64_t nc = c1 - c0;
-    for (int64_t r0 = n0; r0 < n1; r0 += kBnFlushRows) {
-      std::fill(acc_dy, acc_dy + nc, 0.0f);
-      std::fill(acc_xmu, acc_xmu + nc, 0.0f);
-      for (int64_t n = r0; n < std::min(n1, r0 + kBnFlushRows); ++n) {
-        const float* gp = Floats(g, At(g, n, c0, 0), g.strides[1], nc, gbuf);
-        const float* xp = Floats(x, At(x, n, c0, 0), x.strides[1], nc, xbuf);
-        const float* m = mean + c0;
+// Short contiguous rows: the block's channels x inner elements of a row are
+// one run of w <= kBnRowWidth; accumulate it element-wise over kBnFlushRows
+// rows in float (one pass over memory, in address order, kBnRowGroup rows
+// at a time so that the accumulators are loaded and stored once per group),
+// then fold each channel's inner elements into the double partials.
+constexpr int kBnRowGroup = 4;
+
+void BnPartialShortRows(const BnShape& s, const View& g, const View& x, const float* mean,
+                        int64_t n0, int64_t n1, int64_t c0, int64_t c1, double* partial) {
+  // Accumulators of a whole run (192 KiB, too big for a pool thread's
+  // stack), allocated once per thread; conversion buffers per chunk.
+  thread_local std::unique_ptr<float[]> buffers(new float[3 * kBnRowWidth]);
+  float* acc_dy = buffers.get();
+  float* acc_xmu = acc_dy + kBnRowWidth;
+  float* row_mean = acc_xmu + kBnRowWidth;
+  alignas(64) float gbuf[kBnRowGroup][kChunk], xbuf[kBnRowGroup][kChunk];
+  const int64_t w = (c1 - c0) * s.inner;
+  const int64_t gsize = ElementSize(g.dtype), xsize = ElementSize(x.dtype);
+  for (int64_t c = c0; c < c1; ++c)
+    std::fill(row_mean + (c - c0) * s.inner, row_mean + (c - c0 + 1) * s.inner, mean[c]);
+  for (int64_t r0 = n0; r0 < n1; r0 += kBnFlushRows) {
+    const int64_t r1 = std::min(n1, r0 + kBnFlushRows);
+    std::fill(acc_dy, acc_dy + w, 0.0f);
+    std::fill(acc_xmu, acc_xmu + w, 0.0f);
+    for (int64_t n = r0; n < r1; n += kBnRowGroup) {
+      const int rows = static_cast<int>(std::min<int64_t>(kBnRowGroup, r1 - n));
+      for (int64_t j0 = 0; j0 < w; j0 += kChunk) {
+        const int64_t len = std::min(kChunk, w - j0);
+        const float* gp[kBnRowGroup];
+        const float* xp[kBnRowGroup];
+        for (int r = 0; r < rows; ++r) {
+          gp[r] = Floats(g, At(g, n + r, c0, 0) + j0 * gsize, 1, len, gbuf[r]);
+          xp[r] = Floats(x, At(x, n + r, c0, 0) + j0 * xsize, 1, len, xbuf[r]);
+        }
+        float* dy = acc_dy + j0;
+        float* xmu = acc_xmu + j0;
+        const float* m = row_mean + j0;
+        if (rows == kBnRowGroup) {
 #pragma omp simd
-        for (int64_t c = 0; c < nc; ++c) {
-          acc_dy[c] += gp[c];
-          acc_xmu[c] += gp[c] * (xp[c] - m[c]);
+          for (int64_t j = 0; j < len; ++j) {
+            dy[j] += (gp[0][j] + gp[1][j]) + (gp[2][j] + gp[3][j]);
+            xmu[j] += (gp[0][j] * (xp[0][j] - m[j]) + gp[1][j] * (xp[1][j] - m[j])) +
+                      (gp[2][j] * (xp[2][j] - m[j]) + gp[3][j] * (xp[3][j] - m[j]));
+          }
+        } else {
+          for (int r = 0; r < rows; ++r) {
+            const float* gr = gp[r];
+            const float* xr = xp[r];
+#pragma omp simd
+            for (int64_t j = 0; j < len; ++j) {
+              dy[j] += gr[j];
+              xmu[j] += gr[j] * (xr[j] - m[j]);
+            }
+          }
         }
       }
-      for (int64_t c = 0; c < nc; ++c) {
-        partial[2 * (c0 + c)] += acc_dy[c];
-        partial[2 * (c0 + c) + 1] += acc_xmu[c];
-      }
     }
-    return;
+    for (int64_t c = c0; c < c1; ++c) {
+      const float* dy = acc_dy + (c - c0) * s.inner;
+      const float* xmu = acc_xmu + (c - c0) * s.inner;
+      double sum_dy = 0.0, sum_xmu = 0.0;
+      for (int64_t i = 0; i < s.inner; ++i) {
+        sum_dy += dy[i];
+        sum_xmu += xmu[i];
+      }
+      partial[2 * c] += sum_dy;
+      partial[2 * c + 1] += sum_xmu;
+    }
   }
+}
+
+// Long rows (or any strides): a vector reduction over each (row, channel)'s
+// inner elements, rows in the outer loop so that memory is read in order.
+void BnPartialLongRows(const BnShape& s, const View& g, const View& x, const float* mean,
+                       int64_t n0, int64_t n1, int64_t c0, int64_t c1, double* partial) {
+  alignas(64) float gbuf[kChunk], xbuf[kChunk];
   const int64_t sg = InnerStride(g), sx = InnerStride(x);
-  for (int64_t c = c0; c < c1; ++c) {
-    const float m = mean[c];
-    double dy = 0.0, xmu = 0.0;
-    for (int64_t n = n0; n < n1; ++n) {
+  for (int64_t n = n0; n < n1; ++n) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const float m = mean[c];
+      double dy = 0.0, xmu = 0.0;
       for (int64_t i = 0; i < s.inner; i += kChunk) {
         const int64_t len = std::min(kChunk, s.inner - i);
         const float* gp = Floats(g, At(g, n, c, i), sg, len, gbuf);
@@ -319,10 +381,23 @@ void BnPartial(const BnShape& s, const View& g, const View& x, const float* mean
         dy += a;
         xmu += b;
       }
+      partial[2 * c] += dy;
+      partial[2 * c + 1] += xmu;
     }
-    partial[2 * c] = dy;
-    partial[2 * c + 1] = xmu;
   }
+}
+
+// Partial sums of batch block `bb` for channel block `cb`: partial[2c] and
+// partial[2c + 1] hold (sum dy, sum dy * (x - mean)) in double.
+void BnPartial(const BnShape& s, const View& g, const View& x, const float* mean, int64_t bb,
+               int64_t cb, double* partial) {
+  const int64_t n0 = s.outer * bb / s.batch_blocks, n1 = s.outer * (bb + 1) / s.batch_blocks;
+  const int64_t c0 = cb * s.channel_block, c1 = std::min(s.channels, c0 + s.channel_block);
+  for (int64_t c = c0; c < c1; ++c) partial[2 * c] = partial[2 * c + 1] = 0.0;
+  if (s.inner < kBnRowWidth && RowsContiguous(g, s.inner) && RowsContiguous(x, s.inner))
+    BnPartialShortRows(s, g, x, mean, n0, n1, c0, c1, partial);
+  else
+    BnPartialLongRows(s, g, x, mean, n0, n1, c0, c1, partial);
 }
 
 void StoreChannels(const View* out, const float* values, int64_t channels) {
@@ -355,8 +430,7 @@ void RunBatchNormReduce(const View& grad_out, const View& input, const View& mea
   const int64_t num_tasks = s.batch_blocks * s.channel_blocks;
   ParallelFor(stream, num_tasks, [&](int64_t t) {
     const int64_t bb = t / s.channel_blocks, cb = t % s.channel_blocks;
-    const int64_t c0 = cb * kBnChannelBlock, c1 = std::min(C, c0 + kBnChannelBlock);
-    BnPartial(s, grad_out, input, mean, bb, c0, c1, partials + bb * C * 2);
+    BnPartial(s, grad_out, input, mean, bb, cb, partials + bb * C * 2);
   });
   // Deterministic combine: batch blocks in order.
   for (int64_t c = 0; c < C; ++c) {

@@ -295,7 +295,7 @@ aclScalar* aclCreateScalar(void* value, aclDataType dataType) {
   switch (dataType) {
     case ACL_FLOAT: v = *static_cast<float*>(value); break;
     case ACL_DOUBLE: v = *static_cast<double*>(value); break;
-    case ACL_FLOAT16: v = static_cast<float>(*static_cast<_Float16*>(value)); break;
+    case ACL_FLOAT16: v = HalfToFloat(*static_cast<uint16_t*>(value)); break;
     case ACL_BF16: v = Bf16ToFloat(*static_cast<uint16_t*>(value)); break;
     case ACL_INT64: v = static_cast<double>(*static_cast<int64_t*>(value)); break;
     case ACL_INT32: v = *static_cast<int32_t*>(value); break;

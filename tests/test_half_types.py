@@ -1,0 +1,42 @@
+"""The host provider's float16 / bfloat16 conversions, exhaustively: every
+16-bit pattern is read exactly, and float32 results are rounded to nearest
+even as NumPy and ml_dtypes round them (overflow to inf, subnormals, NaN)."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+import jax_aclnn as aclnn
+
+HALF_TYPES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+
+
+@pytest.mark.parametrize("name", sorted(HALF_TYPES))
+def test_every_bit_pattern_passes_through_unchanged(name):
+    dtype = HALF_TYPES[name]
+    g = np.arange(1 << 16, dtype=np.uint16).view(dtype)
+    x = np.ones(g.shape, dtype)  # |x| > lambd = 0: grad_input is grad_output
+    out = np.asarray(aclnn.hardshrink_backward(jnp.asarray(g), jnp.asarray(x), lambd=0.0))
+    nan = np.isnan(g.astype(np.float32))
+    np.testing.assert_array_equal(np.isnan(out.astype(np.float32)), nan)
+    np.testing.assert_array_equal(out.view(np.uint16)[~nan], g.view(np.uint16)[~nan])
+
+
+@pytest.mark.parametrize("name", sorted(HALF_TYPES))
+def test_results_round_to_nearest_even(rng, name):
+    dtype = HALF_TYPES[name]
+    n = 1 << 16
+    x = rng.uniform(0.001, 0.999, n).astype(dtype)
+    # magnitudes from far below the smallest subnormal to beyond the largest finite
+    dy = (rng.choice([-1.0, 1.0], n) * 2.0 ** rng.uniform(-30, 17, n)).astype(dtype)
+    dy[:4] = [np.inf, -np.inf, np.nan, 0.0]
+    xf, dyf = x.astype(np.float32), dy.astype(np.float32)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        expected = (dyf / (xf * (np.float32(1.0) - xf))).astype(dtype)  # the kernel's float32 formula
+    out = np.asarray(aclnn.logit_grad(jnp.asarray(x), jnp.asarray(dy)))
+    nan = np.isnan(expected.astype(np.float32))
+    np.testing.assert_array_equal(np.isnan(out.astype(np.float32)), nan)
+    np.testing.assert_array_equal(out.view(np.uint16)[~nan], expected.view(np.uint16)[~nan])
