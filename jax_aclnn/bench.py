@@ -32,6 +32,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,21 +62,47 @@ def bn_shape(size: int, channels: int) -> tuple[int, int, int]:
     return (max(1, size // (c * inner)), c, inner)
 
 
+@dataclass(frozen=True)
+class ElementwiseCase:
+    """How to measure one element-wise operator."""
+
+    operands: tuple[tuple[bool, float, float], ...]  # (full size, not a scalar; low, high)
+    kwargs: dict[str, Any]  # of the jax_aclnn function
+    params: dict[str, Any]  # of the primitive's pure-JAX reference
+    aten: Callable[[list[Any]], Any]  # the ATen kernel on torch tensors
+
+
+ELEMENTWISE = {
+    "smooth_l1_loss_backward": ElementwiseCase(
+        ((False, -3, 3), (True, -3, 3), (True, -3, 3)), {"reduction": "mean"},
+        {"reduction": 1, "beta": 1.0}, lambda t: torch.ops.aten.smooth_l1_loss_backward(*t, 1, 1.0)),
+    "logit_grad": ElementwiseCase(
+        ((True, 0.01, 0.99), (True, -3, 3)), {"eps": 1e-6}, {"eps": 1e-6},
+        lambda t: torch.ops.aten.logit_backward(t[1], t[0], 1e-6)),
+    "hardshrink_backward": ElementwiseCase(
+        ((True, -3, 3), (True, -3, 3)), {"lambd": 0.5}, {"lambd": 0.5},
+        lambda t: torch.ops.aten.hardshrink_backward(t[0], t[1], 0.5)),
+    "swish_backward": ElementwiseCase(
+        ((True, -3, 3), (True, -3, 3)), {"beta": 1.0}, {"beta": 1.0},
+        lambda t: torch.ops.aten.silu_backward(t[0], t[1])),
+}
+
+
 def make_case(op: str, size: int, dtype: Any, channels: int, rng: np.random.Generator):
-    """(aclnn fn, xla fn, torch fn or None, jax args, bytes moved)."""
+    """(aclnn fn, xla fn, torch fn, jax args, bytes moved)."""
     def arr(shape, lo=-3.0, hi=3.0):
         return jnp.asarray(rng.uniform(lo, hi, size=shape).astype(np.float32)).astype(dtype)
 
     item = jnp.dtype(dtype).itemsize
+    reference = primitive(op).reference
     if op == "batch_norm_reduce_backward":
         shape = bn_shape(size, channels)
         c = shape[1]
         args = (arr(shape), arr(shape), arr((c,), -0.1, 0.1), arr((c,), 0.5, 2.0), arr((c,)))
         ours = jax.jit(lambda *a: aclnn.batch_norm_reduce_backward(*a))
-        ref = primitive(op).reference
-        xla = jax.jit(lambda *a: ref(*a, has_weight=True, input_g=True, weight_g=True, bias_g=True))
+        xla = jax.jit(lambda *a: reference(*a, has_weight=True, input_g=True, weight_g=True, bias_g=True))
 
-        def torch_fn(t):
+        def torch_fn(t):  # ATen has no CPU kernel of its own: its reductions
             g, x, m, s, _ = t
             dims = (0, 2)
             sdy = g.sum(dims, dtype=torch.float32)
@@ -83,30 +110,11 @@ def make_case(op: str, size: int, dtype: Any, channels: int, rng: np.random.Gene
             return sdy, sxmu, sxmu * s.float(), sdy
 
         return ours, xla, torch_fn, args, 2 * np.prod(shape) * item
-    shape = (size,)
-    if op == "smooth_l1_loss_backward":
-        args = (arr(()), arr(shape), arr(shape))
-        ours = jax.jit(lambda g, x, y: aclnn.smooth_l1_loss_backward(g, x, y, reduction="mean"))
-        xla = jax.jit(lambda g, x, y: primitive("smooth_l1_loss_backward").reference(g, x, y, reduction=1, beta=1.0))
-        torch_fn = lambda t: torch.ops.aten.smooth_l1_loss_backward(*t, 1, 1.0)  # noqa: E731
-        return ours, xla, torch_fn, args, 3 * size * item
-    if op == "logit_grad":
-        args = (arr(shape, 0.01, 0.99), arr(shape))
-        ours = jax.jit(lambda x, dy: aclnn.logit_grad(x, dy, eps=1e-6))
-        xla = jax.jit(lambda x, dy: primitive("logit_grad").reference(x, dy, eps=1e-6))
-        torch_fn = lambda t: torch.ops.aten.logit_backward(t[1], t[0], 1e-6)  # noqa: E731
-        return ours, xla, torch_fn, args, 3 * size * item
-    if op == "hardshrink_backward":
-        args = (arr(shape), arr(shape))
-        ours = jax.jit(lambda g, x: aclnn.hardshrink_backward(g, x, lambd=0.5))
-        xla = jax.jit(lambda g, x: primitive("hardshrink_backward").reference(g, x, lambd=0.5))
-        torch_fn = lambda t: torch.ops.aten.hardshrink_backward(t[0], t[1], 0.5)  # noqa: E731
-        return ours, xla, torch_fn, args, 3 * size * item
-    args = (arr(shape), arr(shape))  # swish_backward
-    ours = jax.jit(lambda g, x: aclnn.swish_backward(g, x, beta=1.0))
-    xla = jax.jit(lambda g, x: primitive("swish_backward").reference(g, x, beta=1.0))
-    torch_fn = lambda t: torch.ops.aten.silu_backward(t[0], t[1])  # noqa: E731
-    return ours, xla, torch_fn, args, 3 * size * item
+    case = ELEMENTWISE[op]
+    args = tuple(arr((size,) if full else (), lo, hi) for full, lo, hi in case.operands)
+    ours = jax.jit(lambda *a: getattr(aclnn, op)(*a, **case.kwargs))
+    xla = jax.jit(lambda *a: reference(*a, **case.params))
+    return ours, xla, case.aten, args, (sum(full for full, _, _ in case.operands) + 1) * size * item
 
 
 def to_torch(a: jax.Array):

@@ -85,6 +85,11 @@ NB_MODULE(_aclnn_ffi, m) {
 #else
     info += ", debug (assertions on)";
 #endif
+#ifdef JAX_ACLNN_HOST_HIGHWAY
+    info += ", host provider float16 conversions: Highway";
+#else
+    info += ", host provider float16 conversions: portable";
+#endif
     info += ", XLA FFI API " + std::to_string(XLA_FFI_API_MAJOR) + "." + std::to_string(XLA_FFI_API_MINOR);
     return info;
   });

@@ -85,15 +85,19 @@ inline uint16_t FloatToHalf(float f) {
 
 // Contiguous float16 <-> float32: Highway's conversions (the CPU's own
 // instructions) for whole vectors, the formulas above for the tail.
+#if JAX_ACLNN_HAVE_HIGHWAY
+namespace hn = hwy::HWY_NAMESPACE;
+using FloatTag = hn::ScalableTag<float>;
+using HalfTag = hn::Rebind<hwy::float16_t, FloatTag>;
+inline int64_t FloatLanes() { return static_cast<int64_t>(hn::Lanes(FloatTag())); }
+#endif
+
 inline void HalvesToFloats(const uint16_t* __restrict src, int64_t n, float* __restrict dst) {
   int64_t i = 0;
 #if JAX_ACLNN_HAVE_HIGHWAY
-  namespace hn = hwy::HWY_NAMESPACE;
-  const hn::ScalableTag<float> df;
-  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   const auto* s = reinterpret_cast<const hwy::float16_t*>(src);
-  for (; i + lanes <= n; i += lanes) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, s + i)), df, dst + i);
+  for (; i + FloatLanes() <= n; i += FloatLanes())
+    hn::StoreU(hn::PromoteTo(FloatTag(), hn::LoadU(HalfTag(), s + i)), FloatTag(), dst + i);
 #endif
   for (; i < n; ++i) dst[i] = HalfToFloat(src[i]);
 }
@@ -101,12 +105,9 @@ inline void HalvesToFloats(const uint16_t* __restrict src, int64_t n, float* __r
 inline void FloatsToHalves(const float* __restrict src, int64_t n, uint16_t* __restrict dst) {
   int64_t i = 0;
 #if JAX_ACLNN_HAVE_HIGHWAY
-  namespace hn = hwy::HWY_NAMESPACE;
-  const hn::ScalableTag<float> df;
-  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   auto* d = reinterpret_cast<hwy::float16_t*>(dst);
-  for (; i + lanes <= n; i += lanes) hn::StoreU(hn::DemoteTo(dh, hn::LoadU(df, src + i)), dh, d + i);
+  for (; i + FloatLanes() <= n; i += FloatLanes())
+    hn::StoreU(hn::DemoteTo(HalfTag(), hn::LoadU(FloatTag(), src + i)), HalfTag(), d + i);
 #endif
   for (; i < n; ++i) dst[i] = FloatToHalf(src[i]);
 }
