@@ -233,7 +233,12 @@ def batch_norm(
     works without transposes: the backward views ``x`` as ``(outer, C,
     inner)``, which puts the channel at dim 1 for the aclnn operator. With
     ``axis_name`` the statistics and the backward sums run across that
-    mapped axis too (synchronized batch norm under ``shard_map``/``pmap``).
+    mapped axis too (synchronized batch norm under ``shard_map``/``pmap``,
+    as PyTorch's SyncBatchNorm: ``sum_dy`` and ``sum_dy_xmu`` are
+    all-reduced between the aclnn reduction and the element-wise step).
+    Under ``shard_map`` the gradient of a ``weight``/``bias`` shared by the
+    devices is the global one, summed once; a per-device copy (``pmap``)
+    gets its local part, for the training step's own gradient all-reduce.
 
     Args:
       x: input of rank >= 2.
