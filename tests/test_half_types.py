@@ -1,17 +1,16 @@
 """The host provider's float16 / bfloat16 conversions, exhaustively: every
 16-bit pattern is read exactly, and float32 results are rounded to nearest
-even as NumPy and ml_dtypes round them (overflow to inf, subnormals, NaN)."""
+even as NumPy and ml_dtypes (JAX's bfloat16) round them (overflow to inf, subnormals, NaN)."""
 
 from __future__ import annotations
 
 import jax.numpy as jnp
-import ml_dtypes
 import numpy as np
 import pytest
 
 import jax_aclnn as aclnn
 
-HALF_TYPES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+HALF_TYPES = {"float16": np.float16, "bfloat16": jnp.bfloat16}  # ml_dtypes' bfloat16
 
 
 @pytest.mark.parametrize("name", sorted(HALF_TYPES))
