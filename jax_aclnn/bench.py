@@ -20,8 +20,9 @@ gradient) and a chain of tiny calls, alternately with reuse on and off.
 
 Outputs are compared first (a fast wrong answer is no result). Timings are
 paired and interleaved (aclnn, xla, torch, then xla, torch, aclnn, ...: each
-goes first in turn) after warm-up; the table gives medians, GB/s (bytes read and written), the fraction of copy
-bandwidth, and the median of the per-pair ratios (>1 means aclnn is faster).
+goes first in turn) after warm-up; the table gives medians, GB/s (bytes read
+and written), the fraction of copy bandwidth, and the median of the per-pair
+ratios (>1 means aclnn is faster).
 """
 
 from __future__ import annotations
