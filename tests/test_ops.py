@@ -237,9 +237,11 @@ def test_empty_tensors():
     assert aclnn.logit_grad(e, e).shape == (0, 3)
     assert aclnn.hardshrink_backward(e, e).shape == (0, 3)
     assert aclnn.swish_backward(e, e).shape == (0, 3)
-    outs = aclnn.batch_norm_reduce_backward(e, e, np.zeros(3, np.float32), np.ones(3, np.float32), None)
-    for o in outs:
-        np.testing.assert_array_equal(np.asarray(o), np.zeros(3))
+    for shape in [(0, 3), (0, 3, 4), (2, 3, 0), (2, 3, 0, 5)]:  # no rows, or empty rows
+        e = np.zeros(shape, np.float32)
+        outs = aclnn.batch_norm_reduce_backward(e, e, np.zeros(3, np.float32), np.ones(3, np.float32), None)
+        for o in outs:
+            np.testing.assert_array_equal(np.asarray(o), np.zeros(3))
 
 
 def test_scalar_inputs():
