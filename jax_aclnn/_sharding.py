@@ -38,9 +38,14 @@ if TYPE_CHECKING:
 Factors = tuple[str | None, ...]
 
 
+def reduction_factors(in_factors: Sequence[Factors], out_factors: Sequence[Factors]) -> list[str]:
+    """Factors of operands that no result has: summed over."""
+    names = lambda arrays: {f for fs in arrays for f in fs if f}  # noqa: E731
+    return sorted(names(in_factors) - names(out_factors))
+
+
 def sharding_rule(in_factors: Sequence[Factors], out_factors: Sequence[Factors]):
     """The Shardy rule string and its keyword arguments for ``def_partition``."""
-    reduction = sorted({f for fs in in_factors for f in fs if f} - {f for fs in out_factors for f in fs if f})
     replicated: list[str] = []
 
     def spell(fs: Factors) -> str:
@@ -54,7 +59,7 @@ def sharding_rule(in_factors: Sequence[Factors], out_factors: Sequence[Factors])
 
     ins = ", ".join(spell(fs) for fs in in_factors)
     outs = ", ".join(spell(fs) for fs in out_factors)
-    return f"{ins} -> {outs}", {"reduction_factors": tuple(reduction),
+    return f"{ins} -> {outs}", {"reduction_factors": tuple(reduction_factors(in_factors, out_factors)),
                                 "need_replication_factors": tuple(replicated)}
 
 
@@ -83,7 +88,7 @@ def partitioned(op: AclnnPrimitive, in_avals: Sequence[Any], params: dict[str, A
     """``op``'s custom call as a ``custom_partitioning`` function of its operands."""
     in_factors, out_factors = op.factors(in_avals, **params)
     rule, rule_kwargs = sharding_rule(in_factors, out_factors)
-    reduced = {f for fs in in_factors for f in fs if f} - {f for fs in out_factors for f in fs if f}
+    reduced = reduction_factors(in_factors, out_factors)
 
     def call(*args):
         return op.ffi_call(*args, **params)
@@ -96,7 +101,7 @@ def partitioned(op: AclnnPrimitive, in_avals: Sequence[Any], params: dict[str, A
             return NamedSharding(mesh, PartitionSpec(*[
                 None if not e else e[0] if len(e) == 1 else e for e in entries]))
 
-        reduce_axes = tuple(a for f in sorted(reduced) for a in axes.get(f, ()))
+        reduce_axes = tuple(a for f in reduced for a in axes.get(f, ()))
 
         def lower_fn(*local_args):
             outs = op.local_call(local_args, in_avals, **params)
