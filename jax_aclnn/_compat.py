@@ -60,13 +60,19 @@ def require_devices_during_lowering(primitive: Primitive) -> None:
 
 def spmd_partitioned(ctx: mlir.LoweringRuleContext) -> bool:
     """Whether XLA's SPMD partitioner will split the program being lowered
-    (more than one device, some mesh axes not manual)."""
+    over several devices outside any ``shard_map``.
+
+    Inside a ``shard_map`` whose manual axes are a part of the mesh,
+    ``custom_partitioning`` sees shardings of the device subgroups without
+    axis names (and, under the deprecated ``with mesh:``, XLA's partitioner
+    aborts on the full-mesh shardings it returns), so there the operator is
+    a plain custom call: replicated over the remaining automatic axes.
+    """
     context = ctx.module_context.axis_context
     if isinstance(context, _sharding_impls.ShardingContext):
         return context.device_assignment is not None and len(context.device_assignment) > 1
-    if isinstance(context, _sharding_impls.SPMDAxisContext):
-        return set(context.manual_axes) != set(context.mesh.axis_names)
     return False
+
 
 __all__ = [
     "Primitive",

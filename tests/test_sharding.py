@@ -72,6 +72,25 @@ def test_broadcast_operand_stays_replicated(mesh, rng):
     assert not collectives(compiled_hlo(fn, *args), "all-gather")
 
 
+@pytest.mark.filterwarnings("ignore:.*with mesh.*:DeprecationWarning")
+def test_shard_map_over_part_of_the_mesh(mesh, rng):
+    """Manual over "data", automatic over "model": the operator runs as a
+    plain custom call (XLA aborted on custom_partitioning's shardings here
+    under the older ``with mesh:`` context)."""
+    g, x = normal(rng, (16, 8)), normal(rng, (16, 8))
+
+    def fn():  # a new function each time: traced and lowered in its context
+        return jax.jit(jax.shard_map(lambda g, x: aclnn.swish_backward(g, x), mesh=mesh,
+                                     in_specs=(P("data"), P("data")), out_specs=P("data"),
+                                     axis_names={"data"}))
+
+    args = [jax.device_put(a, NamedSharding(mesh, P("data", "model"))) for a in (g, x)]
+    expected = np.asarray(aclnn.swish_backward(g, x))
+    np.testing.assert_array_equal(np.asarray(fn()(*args)), expected)
+    with mesh:
+        np.testing.assert_array_equal(np.asarray(fn()(*args)), expected)
+
+
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_smooth_l1_keeps_the_global_element_count(mesh, rng, reduction):
     x, y = normal(rng, (32, 6)), normal(rng, (32, 6))
