@@ -9,14 +9,21 @@ Import as ``import jax_aclnn as aclnn``. The public API (``API.md``):
   :func:`smooth_l1_loss`, :func:`logit`, :func:`hardshrink`, :func:`swish`,
   :func:`silu`, :func:`batch_norm`;
 * runtime introspection: :func:`runtime_stats`, :func:`reset_runtime_stats`,
-  :func:`load_cann`, :func:`set_executor_reuse`.
+  :func:`load_cann`, :func:`set_executor_reuse`;
+* :func:`export_disabled_checks` for :func:`jax.export.export`.
 
 On JAX's CPU platform the operators run on the bundled host aclnn provider,
 on an Ascend NPU on CANN, both through the same XLA FFI handlers; on other
 platforms they lower to their pure-JAX definitions.
 """
 
-from jax_aclnn._ffi import load_cann, reset_runtime_stats, runtime_stats, set_executor_reuse
+from jax_aclnn._ffi import (
+    export_disabled_checks,
+    load_cann,
+    reset_runtime_stats,
+    runtime_stats,
+    set_executor_reuse,
+)
 from jax_aclnn.nn import batch_norm, hardshrink, logit, silu, smooth_l1_loss, swish
 from jax_aclnn.ops import (
     batch_norm_reduce_backward,
@@ -31,6 +38,7 @@ __version__ = "0.1.0"
 __all__ = [
     "batch_norm",
     "batch_norm_reduce_backward",
+    "export_disabled_checks",
     "hardshrink",
     "hardshrink_backward",
     "load_cann",

@@ -52,6 +52,15 @@ def with_varying_axes(out: Any, in_avals: Sequence[Any]) -> Any:
                       manual_axis_type=_core.ManualAxisType(varying=vma))
 
 
+def register_cpu_ffi_type(name: str, registration: dict[str, Any]) -> None:
+    """Registers an FFI type in XLA's process-wide registry for the CPU,
+    whether or not JAX's CPU backend has started (jaxlib's CPU client does
+    the same for the types queued before it starts)."""
+    from jax._src.lib import _jax
+
+    _jax.register_custom_type(name, registration)
+
+
 def require_devices_during_lowering(primitive: Primitive) -> None:
     """Lower ``primitive`` knowing the device assignment, which
     ``custom_partitioning`` needs (TransformerEngine-JAX does the same)."""
@@ -82,6 +91,7 @@ __all__ = [
     "match_varying_axes",
     "not_mapped",
     "primitive_batchers",
+    "register_cpu_ffi_type",
     "register_lowering",
     "require_devices_during_lowering",
     "spmd_partitioned",

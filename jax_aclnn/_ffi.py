@@ -41,7 +41,7 @@ PACKAGE_DIR = _compiled_dir()
 if PACKAGE_DIR != Path(__file__).resolve().parent:
     sys.modules["jax_aclnn"].__path__.append(str(PACKAGE_DIR))
 
-from jax_aclnn import _aclnn_ffi  # noqa: E402
+from jax_aclnn import _aclnn_ffi, _compat  # noqa: E402
 #: The bundled host aclnn provider.
 HOST_PROVIDER_LIBRARY = PACKAGE_DIR / "libaclnn_host.so"
 
@@ -63,37 +63,63 @@ def handler_platforms() -> tuple[str, ...]:
     return ("cpu", npu_platform())
 
 
-_aclnn_ffi.load_host_provider(str(HOST_PROVIDER_LIBRARY))
-_registered = False
-_register_lock = threading.Lock()
+def _register_cpu() -> None:
+    """Registers the state type and the targets for JAX's CPU platform.
 
-
-def ensure_registered() -> None:
-    """Registers the FFI state type and targets with JAX, once.
-
-    Called when the first operator is lowered, not at import: importing
-    jax_aclnn starts no JAX backend, so a program can still configure JAX
-    afterwards (``jax_num_cpu_devices``, ``jax.distributed.initialize``).
+    XLA requires an FFI type to be registered before any handler that uses
+    it, while jaxlib, when its CPU backend starts, registers queued handlers
+    before queued types. So the type goes straight into XLA's process-wide
+    registry (what jaxlib's CPU client itself does with queued types), which
+    needs no backend: importing jax_aclnn starts none, and a program can
+    still configure JAX afterwards (``jax_num_cpu_devices``,
+    ``jax.distributed.initialize``).
     """
-    global _registered
-    with _register_lock:
-        if _registered:
+    _compat.register_cpu_ffi_type(STATE_TYPE_NAME, _aclnn_ffi.state_type())
+    for target, per_platform in _aclnn_ffi.registrations().items():
+        jax.ffi.register_ffi_target(target, per_platform["cpu"], platform="cpu")
+
+
+_aclnn_ffi.load_host_provider(str(HOST_PROVIDER_LIBRARY))
+_register_cpu()
+_npu_registered = False
+_npu_lock = threading.Lock()
+
+
+def ensure_npu_registered() -> None:
+    """Registers the state type and targets for the NPU platform, once.
+
+    Called when an operator is first lowered: the NPU plugin's backend is
+    started first, so that the type is registered at once, before the
+    targets. Without an NPU plugin the registrations are only queued in
+    jaxlib, which is harmless.
+    """
+    global _npu_registered
+    with _npu_lock:
+        if _npu_registered:
             return
         npu = npu_platform()
-        for platform in ("cpu", npu):
-            # jaxlib registers queued handlers before queued types when a
-            # backend starts, so start it first: then the type is registered
-            # at once. For a platform whose plugin is absent, registration
-            # only queues the type and the targets in jaxlib; it is harmless.
-            try:
-                jax.devices(platform)
-            except RuntimeError:
-                pass
-            jax.ffi.register_ffi_type(STATE_TYPE_NAME, _aclnn_ffi.state_type(), platform=platform)
+        try:
+            jax.devices(npu)
+        except RuntimeError:
+            pass
+        jax.ffi.register_ffi_type(STATE_TYPE_NAME, _aclnn_ffi.state_type(), platform=npu)
         for target, per_platform in _aclnn_ffi.registrations().items():
-            jax.ffi.register_ffi_target(target, per_platform["cpu"], platform="cpu")
             jax.ffi.register_ffi_target(target, per_platform["npu"], platform=npu)
-        _registered = True
+        _npu_registered = True
+
+
+def export_disabled_checks() -> list[jax.export.DisabledSafetyCheck]:
+    """``disabled_checks`` for :func:`jax.export.export` of a program that uses
+    jax_aclnn operators.
+
+    jax.export refuses custom calls outside JAX's own list of targets with
+    compatibility guarantees. jax_aclnn's targets (``aclnn_<operator>``) keep
+    their names and attributes; a process that runs the exported program
+    must import jax_aclnn, which registers them::
+
+        exported = jax.export.export(jax.jit(f), disabled_checks=aclnn.export_disabled_checks())(x)
+    """
+    return [jax.export.DisabledSafetyCheck.custom_call(t) for t in _aclnn_ffi.registrations()]
 
 
 def set_executor_reuse(enabled: bool) -> bool:

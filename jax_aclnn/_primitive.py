@@ -125,7 +125,7 @@ class AclnnPrimitive:
         return _compat.lower_fun(fn, multiple_results=True)(ctx, *args)
 
     def _lower(self, ctx: Any, *args: Any, **params: Any) -> Any:
-        _ffi.ensure_registered()
+        _ffi.ensure_npu_registered()
         rules = {platform: self._lower_ffi for platform in _ffi.handler_platforms()}
         reference = _compat.lower_fun(self.reference, multiple_results=self.multiple_results)
         return _compat.lower_per_platform(ctx, self.name, rules, reference, set(), *args, **params)

@@ -89,3 +89,16 @@ def test_provider_status_reaches_python_with_code_and_message():
     with pytest.raises(Exception, match=r"aclnnStatus 161002 .*out has shape \[3,2\]"):
         jax.jit(lambda x: wrong(x, x, eps=np.float64(-1)))(F).block_until_ready()
     assert aclnn.runtime_stats()["live_tensors"] >= 0
+
+
+def test_host_provider_refuses_null_executor_reuse_arguments_as_cann_does():
+    import ctypes
+
+    from jax_aclnn import _ffi
+
+    lib = ctypes.CDLL(str(_ffi.HOST_PROVIDER_LIBRARY))
+    lib.aclGetRecentErrMsg.restype = ctypes.c_char_p
+    for fn in (lib.aclSetInputTensorAddr, lib.aclSetOutputTensorAddr):
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p]
+        assert fn(None, 0, None, None) == 561103  # ACLNN_ERR_INNER_NULLPTR, as CANN documents
+        assert b"null" in lib.aclGetRecentErrMsg()

@@ -31,9 +31,8 @@ ARGS = (jax.ShapeDtypeStruct((4, 3), jnp.float32), jax.ShapeDtypeStruct((3,), jn
 
 
 def exported_text(platform: str) -> str:
-    # jax_aclnn's targets are not on jax's list of stable custom calls.
-    allow = [jax.export.DisabledSafetyCheck.custom_call("aclnn_" + t) for t in TARGETS]
-    exported = jax.export.export(jax.jit(all_five), platforms=[platform], disabled_checks=allow)
+    exported = jax.export.export(jax.jit(all_five), platforms=[platform],
+                                 disabled_checks=aclnn.export_disabled_checks())
     return exported(*ARGS).mlir_module()
 
 
@@ -84,3 +83,27 @@ def test_reference_path_against_the_oracles(monkeypatch, rng, dtype):
     outs = aclnn.batch_norm_reduce_backward(g, x, c, c, c)
     for o, e in zip(outs, bn_reduce_numpy(f64(g), f64(x), f64(c), f64(c))):
         assert_close(o, e, dtype, scale=4.0)
+
+
+def test_exported_program_runs_in_a_fresh_process(tmp_path):
+    """A serialized jax.export artifact holding the custom calls runs where
+    jax_aclnn is imported: importing it registers the CPU handlers (without
+    lowering any operator or starting a backend)."""
+    import subprocess
+    import sys
+    import tempfile
+
+    x = np.linspace(0.05, 0.95, 12, dtype=np.float32)
+    fn = jax.jit(lambda x: aclnn.logit_grad(x, aclnn.swish_backward(x, x), eps=0.01))
+    exported = jax.export.export(fn, disabled_checks=aclnn.export_disabled_checks())(x)
+    (tmp_path / "f.bin").write_bytes(exported.serialize())
+    np.save(tmp_path / "x.npy", x)
+    script = (
+        "import sys, numpy as np, jax, jax_aclnn\n"
+        "f = jax.export.deserialize(bytearray(open(sys.argv[1] + '/f.bin', 'rb').read()))\n"
+        "np.save(sys.argv[1] + '/y.npy', np.asarray(f.call(np.load(sys.argv[1] + '/x.npy'))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
+                         text=True, timeout=120, cwd=tempfile.gettempdir())
+    assert out.returncode == 0, out.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), np.asarray(fn(x)))

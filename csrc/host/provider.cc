@@ -332,7 +332,9 @@ aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor* executor) {
 
 static aclnnStatus SetTensorAddr(const char* fn, aclOpExecutor* executor, size_t index,
                                  aclTensor* tensor, void* addr, bool output) {
-  if (executor == nullptr) return Fail(ACLNN_ERR_PARAM_NULLPTR, "%s: executor is null", fn);
+  if (executor == nullptr || tensor == nullptr)  // CANN: 561103 for either
+    return Fail(ACLNN_ERR_INNER_NULLPTR, "%s: %s is null", fn,
+                executor == nullptr ? "executor" : "tensor");
   if (!executor->repeatable)
     return Fail(ACLNN_ERR_PARAM_INVALID, "%s: the %s executor is not repeatable", fn,
                 executor->op_name);
@@ -341,12 +343,9 @@ static aclnnStatus SetTensorAddr(const char* fn, aclOpExecutor* executor, size_t
     return Fail(ACLNN_ERR_PARAM_INVALID, "%s: %s has no %s tensor %zu", fn, executor->op_name,
                 output ? "output" : "input", index);
   View& v = output ? executor->outputs[index] : executor->inputs[index];
-  const int64_t offset = tensor != nullptr ? tensor->offset : 0;
-  v.data = addr ? Advance(addr, offset, v.dtype) : nullptr;
-  if (tensor != nullptr) {
-    tensor->base = addr;
-    tensor->view.data = v.data;
-  }
+  v.data = addr ? Advance(addr, tensor->offset, v.dtype) : nullptr;
+  tensor->base = addr;
+  tensor->view.data = v.data;
   return ACLNN_SUCCESS;
 }
 
