@@ -3,17 +3,18 @@
 // Every call: describe each buffer as an aclTensor (attributes as aclScalar
 // where the ABI wants one), aclnnXxxGetWorkspaceSize, a workspace (XLA's
 // scratch allocator on the NPU, a reused per-thread buffer on the CPU),
-// aclnnXxx on the platform's stream, destroy the descriptors. A call site (FFI state made at instantiation) keeps a
-// repeatable executor instead when the provider supports it, re-targeted at
-// each step's buffers, so steady-state steps run the execute phase only.
+// aclnnXxx on the platform's stream, destroy the descriptors. A call site
+// (FFI state made at instantiation) keeps a repeatable executor instead when
+// the provider supports it, re-targeted at each step's buffers, so
+// steady-state steps run the execute phase only.
 #include "ffi/handlers.h"
 
 #include <algorithm>
-#include <cstddef>
-#include <new>
 #include <array>
 #include <atomic>
+#include <cstddef>
 #include <memory>
+#include <new>
 #include <optional>
 #include <string>
 #include <thread>

@@ -258,9 +258,8 @@ BnShape BnShapeOf(const View& input) {
   s.inner = 1;
   for (int d = 2; d < input.rank; ++d) s.inner *= input.dims[d];
   s.batch_blocks = std::max<int64_t>(1, std::min(s.outer, kBnBatchBlocks));
-  s.channel_block = s.inner < kBnRowWidth
-                      ? std::max<int64_t>(1, kBnRowWidth / std::max<int64_t>(1, s.inner))
-                      : kBnLongRowChannels;
+  s.channel_block =
+      s.inner < kBnRowWidth ? kBnRowWidth / std::max<int64_t>(1, s.inner) : kBnLongRowChannels;
   s.channel_block = std::max<int64_t>(1, std::min(s.channel_block, s.channels));
   s.channel_blocks = (s.channels + s.channel_block - 1) / s.channel_block;
   return s;
