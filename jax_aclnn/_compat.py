@@ -29,12 +29,15 @@ lower_fun = mlir.lower_fun
 lower_per_platform = mlir.lower_per_platform
 
 
+def _aval_varying_axes(aval: Any) -> frozenset:
+    mat = getattr(aval, "mat", None)  # jax >= 0.9: varying/unreduced/reduced axes
+    return frozenset(mat.varying if mat is not None else getattr(aval, "vma", ()))
+
+
 def varying_axes(x: jax.Array) -> frozenset:
     """The manual mesh axes ``x`` varies over inside ``shard_map`` (its
     "vma"; empty outside, or when shard_map's ``check_vma`` is off)."""
-    aval = jax.typeof(x)
-    mat = getattr(aval, "mat", None)  # jax >= 0.9: varying/unreduced/reduced axes
-    return frozenset(mat.varying if mat is not None else getattr(aval, "vma", ()))
+    return _aval_varying_axes(jax.typeof(x))
 
 
 def match_varying_axes(args: Sequence[Any]) -> list[Any]:
@@ -45,7 +48,7 @@ def match_varying_axes(args: Sequence[Any]) -> list[Any]:
 
 def with_varying_axes(out: Any, in_avals: Sequence[Any]) -> Any:
     """The output aval ``out`` varying over the manual axes of ``in_avals``."""
-    vma = frozenset().union(*(getattr(a, "mat", _core.ManualAxisType()).varying for a in in_avals))
+    vma = frozenset().union(*(_aval_varying_axes(a) for a in in_avals))
     if not vma:
         return out
     return out.update(sharding=_core.get_cur_mesh_sharding(),

@@ -77,13 +77,15 @@ class AclnnPrimitive:
     def batch(self, args: Sequence[Any], dims: Sequence[Any], **params: Any) -> Any:
         raise NotImplementedError
 
-    def factors(self, in_avals: Sequence[Any], **params: Any) -> tuple[list[_sharding.Factors], list[_sharding.Factors]]:
+    def factors(self, in_avals: Sequence[Any], out_avals: Sequence[Any],
+                **params: Any) -> tuple[list[_sharding.Factors], list[_sharding.Factors]]:
         """Sharding factors of the operands and results (see :mod:`jax_aclnn._sharding`).
 
         Default, for element-wise operators with numpy broadcasting: a factor
-        per result dimension; operand dimensions that broadcast get none.
+        per dimension of the (single) result; operand dimensions that
+        broadcast get none.
         """
-        shape = jax.numpy.broadcast_shapes(*(a.shape for a in in_avals))
+        shape = out_avals[0].shape
         names = [f"d{i}" for i in range(len(shape))]
 
         def operand(a: Any) -> _sharding.Factors:
@@ -119,7 +121,7 @@ class AclnnPrimitive:
 
     def _lower_ffi(self, ctx: Any, *args: Any, **params: Any) -> Any:
         if _compat.spmd_partitioned(ctx):
-            fn = _sharding.partitioned(self, ctx.avals_in, params)
+            fn = _sharding.partitioned(self, ctx.avals_in, ctx.avals_out, params)
         else:
             fn = lambda *a: self.ffi_call(*a, **params)  # noqa: E731
         return _compat.lower_fun(fn, multiple_results=True)(ctx, *args)

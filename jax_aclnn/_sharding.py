@@ -84,9 +84,10 @@ def factor_axes(in_factors: Sequence[Factors], shardings: Sequence[Any]) -> dict
     return chosen
 
 
-def partitioned(op: AclnnPrimitive, in_avals: Sequence[Any], params: dict[str, Any]):
+def partitioned(op: AclnnPrimitive, in_avals: Sequence[Any], out_avals: Sequence[Any],
+                params: dict[str, Any]):
     """``op``'s custom call as a ``custom_partitioning`` function of its operands."""
-    in_factors, out_factors = op.factors(in_avals, **params)
+    in_factors, out_factors = op.factors(in_avals, out_avals, **params)
     rule, rule_kwargs = sharding_rule(in_factors, out_factors)
     reduced = reduction_factors(in_factors, out_factors)
 

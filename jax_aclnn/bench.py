@@ -235,19 +235,28 @@ def reuse_overhead(repeats: int, batch_size: int = 32, chain: int = 64) -> dict[
     }
 
 
-def print_reuse_table(results: dict[str, dict[str, Any]]) -> None:
+def print_table(title: str, columns: list[str], text_columns: int, rows: list[list[str]]) -> None:
+    """A rich table: the first ``text_columns`` columns left-aligned, numbers right."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="executor reuse (medians of paired runs; ratio > 1: reuse faster)")
-    for col in ("program", "aclnn calls", "GetWorkspaceSize (reuse)", "reuse", "one-shot",
-                "ratio", "saved per call"):
-        table.add_column(col, justify="left" if col == "program" else "right")
-    for name, r in results.items():
-        table.add_row(name, str(r["aclnn_calls"]), str(r["workspace_queries_with_reuse"]),
-                      f"{r['reuse_s'] * 1e6:,.1f} us", f"{r['one_shot_s'] * 1e6:,.1f} us",
-                      f"{r['ratio']:.2f}x", f"{r['saved_per_call_s'] * 1e9:,.0f} ns")
+    table = Table(title=title)
+    for i, col in enumerate(columns):
+        table.add_column(col, justify="left" if i < text_columns else "right")
+    for row in rows:
+        table.add_row(*row)
     Console(width=140).print(table)
+
+
+def print_reuse_table(results: dict[str, dict[str, Any]]) -> None:
+    print_table(
+        "executor reuse (medians of paired runs; ratio > 1: reuse faster)",
+        ["program", "aclnn calls", "GetWorkspaceSize (reuse)", "reuse", "one-shot", "ratio",
+         "saved per call"], 1,
+        [[name, str(r["aclnn_calls"]), str(r["workspace_queries_with_reuse"]),
+          f"{r['reuse_s'] * 1e6:,.1f} us", f"{r['one_shot_s'] * 1e6:,.1f} us",
+          f"{r['ratio']:.2f}x", f"{r['saved_per_call_s'] * 1e9:,.0f} ns"]
+         for name, r in results.items()])
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -273,7 +282,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = [measure(o, s, d, args, rng) for o, s, d in tqdm(cases, desc="bench", unit="case", disable=args.quiet)]
     for r in rows:
         r["copy_fraction"] = r["aclnn_gbps"] / bandwidth
-    print_table(rows, bandwidth)
+    print_results(rows, bandwidth)
     reuse = None
     if args.reuse_repeats > 0:
         reuse = reuse_overhead(args.reuse_repeats)
@@ -288,20 +297,14 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
-def print_table(rows: list[dict[str, Any]], bandwidth: float) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"jax_aclnn bench (medians; ratio > 1: aclnn faster; copy {bandwidth:.1f} GB/s)")
-    for col in ("operator", "dtype", "elements", "aclnn", "GB/s", "of copy", "vs XLA", "vs torch"):
-        table.add_column(col, justify="left" if col in ("operator", "dtype") else "right")
-    for r in rows:
-        table.add_row(
-            r["op"], r["dtype"], f"{r['size']:,}", f"{r['aclnn_s'] * 1e6:,.0f} us",
-            f"{r['aclnn_gbps']:.1f}", f"{r['copy_fraction']:.0%}", f"{r['vs_xla']:.2f}x",
-            f"{r['vs_torch']:.2f}x" if "vs_torch" in r else "-",
-        )
-    Console(width=140).print(table)
+def print_results(rows: list[dict[str, Any]], bandwidth: float) -> None:
+    print_table(
+        f"jax_aclnn bench (medians; ratio > 1: aclnn faster; copy {bandwidth:.1f} GB/s)",
+        ["operator", "dtype", "elements", "aclnn", "GB/s", "of copy", "vs XLA", "vs torch"], 2,
+        [[r["op"], r["dtype"], f"{r['size']:,}", f"{r['aclnn_s'] * 1e6:,.0f} us",
+          f"{r['aclnn_gbps']:.1f}", f"{r['copy_fraction']:.0%}", f"{r['vs_xla']:.2f}x",
+          f"{r['vs_torch']:.2f}x" if "vs_torch" in r else "-"]
+         for r in rows])
 
 
 def plot(rows: list[dict[str, Any]], bandwidth: float, path: Path) -> None:

@@ -312,9 +312,11 @@ def _parameter_gradient(local, global_, param, x, axis_name):
     with ``check_vma=False``, whose transpose sums the gradients of
     replicated inputs itself.
     """
-    names = frozenset(axis_name if isinstance(axis_name, (tuple, list)) else (axis_name,))
-    shared = _compat.varying_axes(x) - _compat.varying_axes(param)
-    value = global_ if axis_name is not None and names <= shared else local
+    value = local
+    if axis_name is not None:
+        names = set(axis_name) if isinstance(axis_name, (tuple, list)) else {axis_name}
+        if names <= _compat.varying_axes(x) - _compat.varying_axes(param):
+            value = global_
     return _cotangent_like(value, param)
 
 

@@ -27,6 +27,12 @@ def mesh():
     return jax.make_mesh((4, 2), ("data", "model"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
 
 
+@pytest.fixture(scope="module")
+def batch_mesh():
+    """All 8 devices along one data-parallel axis, "batch"."""
+    return jax.make_mesh((NUM_DEVICES,), ("batch",), axis_types=(jax.sharding.AxisType.Auto,))
+
+
 def compiled_hlo(fn, *args) -> str:
     return fn.lower(*args).compile().as_text()
 
@@ -144,8 +150,8 @@ def test_batch_norm_reduce_all_reduces_only_per_channel_sums(mesh, rng, specs, m
             assert int(np.prod([int(d) for d in dims.split(",") if d])) <= 6, shape
 
 
-def test_sharded_training_step_equals_unsharded(rng):
-    mesh = jax.make_mesh((NUM_DEVICES,), ("batch",), axis_types=(jax.sharding.AxisType.Auto,))
+def test_sharded_training_step_equals_unsharded(rng, batch_mesh):
+    mesh = batch_mesh
     data = train.load_data(None, None, seed=0)
     optimizer = optax.adam(1e-2)
     params = train.init_params(jax.random.key(0), data.x_train.shape[1])
@@ -193,12 +199,12 @@ def oracle_loss(x, w, b, t, channel_axis, shards=1):
 @pytest.mark.parametrize("check_vma", [True, False])
 @pytest.mark.parametrize("synchronized", [True, False])
 @pytest.mark.parametrize("channel_axis,shape", [(-1, (32, 5)), (1, (16, 3, 4))])
-def test_batch_norm_in_shard_map_equals_global_batch_norm(rng, check_vma, synchronized,
+def test_batch_norm_in_shard_map_equals_global_batch_norm(rng, batch_mesh, check_vma, synchronized,
                                                           channel_axis, shape):
     """Synchronized: batch norm of the whole batch; not: of each device's
     shard. Either way the gradients of the replicated weight and bias sum
     every device's part, exactly once."""
-    mesh = jax.make_mesh((NUM_DEVICES,), ("batch",), axis_types=(jax.sharding.AxisType.Auto,))
+    mesh = batch_mesh
     c = shape[channel_axis]
     x, t = normal(rng, shape) * 2 + 1, normal(rng, shape)
     w, b = rng.uniform(0.5, 2, c).astype(np.float32), normal(rng, (c,))
@@ -224,8 +230,8 @@ def test_batch_norm_in_shard_map_equals_global_batch_norm(rng, check_vma, synchr
         np.testing.assert_allclose(np.asarray(a), np.asarray(e), rtol=1e-4, atol=1e-5)
 
 
-def test_shared_target_of_smooth_l1_collects_every_devices_gradient(rng):
-    mesh = jax.make_mesh((NUM_DEVICES,), ("batch",), axis_types=(jax.sharding.AxisType.Auto,))
+def test_shared_target_of_smooth_l1_collects_every_devices_gradient(rng, batch_mesh):
+    mesh = batch_mesh
     x, y = normal(rng, (16, 3)), normal(rng, (3,))
 
     def per_device(x, y):

@@ -59,7 +59,7 @@ class BatchNormReduceBackward(AclnnPrimitive):
             "bias_g": bool(bias_g),
         }
 
-    def factors(self, in_avals, **params):
+    def factors(self, in_avals, out_avals, **params):
         # The channel factor is kept; every other data dimension is summed
         # over (a reduction factor: sharded, the results are psum-ed).
         g = in_avals[0]
@@ -68,8 +68,8 @@ class BatchNormReduceBackward(AclnnPrimitive):
         def per_channel(a):  # zero-sized placeholders are never sharded
             return ("c",) if a.shape[0] else (None,)
 
-        outs = self.abstract_eval(*in_avals, **params)
-        return [data, data] + [per_channel(a) for a in in_avals[2:]], [per_channel(o) for o in outs]
+        return ([data, data] + [per_channel(a) for a in in_avals[2:]],
+                [per_channel(o) for o in out_avals])
 
     def batch(self, args, dims, **params):
         # Fold the mapped axis into the channel axis: the example axis moves
