@@ -1,0 +1,99 @@
+"""``flax.linen.BatchNorm`` whose training-mode gradient runs aclnnBatchNormReduceBackward.
+
+Swap the import and nothing else changes::
+
+    from jax_aclnn.flax import linen as aclnn_nn   # instead of flax.linen.BatchNorm
+    x = aclnn_nn.BatchNorm(use_running_average=not train, momentum=0.9)(x)
+
+See :class:`BatchNorm`.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+from flax.linen import dtypes, module
+
+from jax_aclnn.flax import _batch_norm as _bn
+
+
+class BatchNorm(nn.BatchNorm):
+    """Drop-in ``flax.linen.BatchNorm`` (a subclass: same fields, defaults,
+    variables and auto-generated name, so checkpoints interchange both ways).
+
+    Variables: ``params`` ``scale``/``bias`` (feature shape, ``param_dtype``)
+    and ``batch_stats`` ``mean``/``var`` (float32; ``param_dtype`` when
+    ``force_float32_reductions=False``), as Flax.
+
+    Training mode (``use_running_average=False``, the field or the call
+    argument) calls :func:`jax_aclnn.batch_norm`: ``y = (x - mean) /
+    sqrt(var + epsilon) * scale + bias`` with the mean and the biased variance
+    over every axis except ``axis`` (one int or several; several are merged
+    into one channel axis, non-adjacent ones moved together first), reduced in
+    float32, synchronized over ``axis_name`` (not while initializing, as
+    Flax). Its gradient runs aclnnBatchNormReduceBackward. The running
+    statistics become ``momentum * old + (1 - momentum) * batch``, with the
+    biased batch variance, as Flax (PyTorch averages the unbiased one), and
+    are not updated while initializing. Inference mode uses the running
+    statistics with Flax's own formula.
+
+    dtypes as Flax: ``x``, ``scale`` and ``bias`` are combined in their
+    promoted dtype (float32, float16 or bfloat16; half types computed in
+    float32) and ``y`` has ``dtype``, or that promoted dtype when ``dtype``
+    is None.
+
+    Differences from Flax: the variance is always computed by the stable
+    two-pass formula (``use_fast_variance`` is accepted and ignored, the
+    numbers differ by rounding only), and reductions run in float32 even
+    with ``force_float32_reductions=False``.
+
+    Raises:
+      NotImplementedError: in training mode, a ``mask``, or
+        ``axis_index_groups`` with an ``axis_name``.
+      TypeError: in training mode, a dtype other than float32, float16 or
+        bfloat16 (e.g. float64).
+    """
+
+    @nn.compact
+    def __call__(self, x, use_running_average: bool | None = None, *, mask: jax.Array | None = None):
+        """Normalizes ``x`` (any shape) and returns an array of the same shape."""
+        use_running_average = module.merge_param(
+            "use_running_average", self.use_running_average, use_running_average
+        )
+        axes = _bn.feature_axes(x.ndim, self.axis)
+        feature_shape = [x.shape[a] for a in axes]
+        stat_dtype = jnp.float32 if self.force_float32_reductions else self.param_dtype
+        ra_mean = self.variable(
+            "batch_stats", "mean", lambda s: jnp.zeros(s, stat_dtype), feature_shape
+        )
+        ra_var = self.variable("batch_stats", "var", lambda s: jnp.ones(s, stat_dtype), feature_shape)
+        scale = bias = None
+        if self.use_scale:
+            scale = self.param("scale", self.scale_init, feature_shape, self.param_dtype)
+        if self.use_bias:
+            bias = self.param("bias", self.bias_init, feature_shape, self.param_dtype)
+        if not self.force_float32_reductions:
+            scale, bias = (None if p is None else jnp.asarray(p, self.param_dtype) for p in (scale, bias))
+        out_dtype = dtypes.canonicalize_dtype(x, scale, bias, dtype=self.dtype)
+
+        if use_running_average:
+            mean, var = ra_mean.value, ra_var.value
+            if not self.force_float32_reductions:
+                mean, var = jnp.asarray(mean, self.param_dtype), jnp.asarray(var, self.param_dtype)
+            return _bn.infer(x, mean, var, scale, bias, axes=axes, epsilon=self.epsilon,
+                             out_dtype=out_dtype)
+
+        axis_name = None if self.is_initializing() else self.axis_name
+        _bn.check_supported(
+            "jax_aclnn.flax.linen.BatchNorm", mask=mask,
+            axis_index_groups=None if axis_name is None else self.axis_index_groups,
+        )
+        y, mean, var = _bn.train(
+            x, scale, bias, axes=axes, epsilon=self.epsilon, axis_name=axis_name,
+            compute_dtype=dtypes.canonicalize_dtype(x, scale, bias), out_dtype=out_dtype,
+        )
+        if not self.is_initializing():
+            ra_mean.value = _bn.running_average(ra_mean.value, mean, self.momentum)
+            ra_var.value = _bn.running_average(ra_var.value, var, self.momentum)
+        return y

@@ -1,0 +1,76 @@
+"""``flax.nnx.BatchNorm`` whose training-mode gradient runs aclnnBatchNormReduceBackward.
+
+Swap the import and nothing else changes::
+
+    from jax_aclnn.flax import nnx as aclnn_nnx   # instead of flax.nnx.BatchNorm
+    self.bn = aclnn_nnx.BatchNorm(64, momentum=0.9, rngs=rngs)
+
+See :class:`BatchNorm`.
+"""
+
+from __future__ import annotations
+
+import jax
+from flax import nnx
+from flax.nnx.module import first_from
+
+from jax_aclnn.flax import _batch_norm as _bn
+
+
+class BatchNorm(nnx.BatchNorm):
+    """Drop-in ``flax.nnx.BatchNorm`` (a subclass: same constructor arguments
+    and defaults, ``.train()``/``.eval()``/``nnx.view``, and the same
+    variables, ``Param`` ``scale``/``bias`` and ``BatchStat`` ``mean``/``var``,
+    so states interchange both ways).
+
+    Training mode (``use_running_average=False``, the constructor default,
+    ``.train()``, or the call argument) calls :func:`jax_aclnn.batch_norm`:
+    ``y = (x - mean) / sqrt(var + epsilon) * scale + bias`` with the mean and
+    the biased variance over every axis except ``axis`` (one int or several,
+    merged into one channel axis), reduced in float32, synchronized over
+    ``axis_name``; its gradient runs aclnnBatchNormReduceBackward. The
+    running statistics become ``momentum * old + (1 - momentum) * batch``
+    with the biased batch variance, as Flax. Inference mode (``.eval()``)
+    uses them with Flax's own formula.
+
+    dtypes as Flax: ``x``, the statistics, ``scale`` and ``bias`` are first
+    promoted together by ``promote_dtype`` (to ``dtype`` when given);
+    float32, float16 and bfloat16 are supported (half types computed in
+    float32). The variance is always computed by the stable two-pass
+    formula (``use_fast_variance`` is accepted and ignored).
+
+    Raises:
+      NotImplementedError: in training mode, a ``mask``, or
+        ``axis_index_groups`` with an ``axis_name``.
+      TypeError: in training mode, a dtype other than float32, float16 or
+        bfloat16 (e.g. float64).
+      ValueError: ``use_running_average`` is None both here and in the call.
+    """
+
+    def __call__(self, x, use_running_average: bool | None = None, *, mask: jax.Array | None = None):
+        """Normalizes ``x`` (any shape) and returns an array of the same shape."""
+        use_running_average = first_from(
+            use_running_average, self.use_running_average,
+            error_msg="No `use_running_average` argument was given to BatchNorm, "
+                      "neither to the constructor nor to the call.",
+        )
+        axes = _bn.feature_axes(x.ndim, self.axis)
+        scale = self.scale[...] if self.scale is not None else None
+        bias = self.bias[...] if self.bias is not None else None
+        x, mean, var, scale, bias = self.promote_dtype(
+            (x, self.mean[...], self.var[...], scale, bias), dtype=self.dtype
+        )
+        if use_running_average:
+            return _bn.infer(x, mean, var, scale, bias, axes=axes, epsilon=self.epsilon,
+                             out_dtype=x.dtype)
+        _bn.check_supported(
+            "jax_aclnn.flax.nnx.BatchNorm", mask=mask,
+            axis_index_groups=None if self.axis_name is None else self.axis_index_groups,
+        )
+        y, mean, var = _bn.train(
+            x, scale, bias, axes=axes, epsilon=self.epsilon, axis_name=self.axis_name,
+            compute_dtype=x.dtype, out_dtype=x.dtype,
+        )
+        self.mean[...] = _bn.running_average(self.mean[...], mean, self.momentum)
+        self.var[...] = _bn.running_average(self.var[...], var, self.momentum)
+        return y
