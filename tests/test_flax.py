@@ -6,9 +6,12 @@ the documented relation of smooth_l1_loss to optax.huber_loss."""
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import flax.linen as nn
@@ -27,6 +30,7 @@ from jax_aclnn.flax import nnx as aclnn_nnx
 
 BACKWARD_TARGET = "aclnn_batch_norm_reduce_backward"
 STEPS = 3
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass
@@ -252,9 +256,27 @@ def test_unsupported_options_raise(flavour):
                  axis_name="i")(x[None])
 
 
+def run_python(*args: str) -> str:
+    """Runs Python on the jax_aclnn this test process imported; returns stdout."""
+    env = {**os.environ, "PYTHONPATH": str(Path(aclnn.__file__).parents[1])}
+    out = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True,
+                         cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
 def test_importing_jax_aclnn_does_not_import_flax():
-    code = "import sys, jax_aclnn; assert 'flax' not in sys.modules, 'flax imported'"
-    subprocess.run([sys.executable, "-c", code], check=True)
+    run_python("-c", "import sys, jax_aclnn; assert 'flax' not in sys.modules, 'flax imported'")
+
+
+@pytest.mark.parametrize("api", ["linen", "nnx"])
+def test_flax_example_trains(api):
+    out = run_python(str(ROOT / "examples" / "train_flax.py"), "--api", api, "--steps", "60",
+                     "--log-every", "59")
+    losses = [float(v) for v in re.findall(r"train loss ([0-9.]+)", out)]
+    before, after = map(float, re.findall(r"validation loss \w+ training ([0-9.]+)", out))
+    assert len(losses) == 2 and losses[1] < 0.8 * losses[0], out
+    assert after < 0.8 * before, out
 
 
 @pytest.mark.parametrize("beta", [0.25, 1.0, 3.0])
