@@ -1,4 +1,4 @@
-"""Trace-time argument checks shared by every operator (API.md).
+"""Trace-time argument checks shared by every operator.
 
 Wrong dtype -> TypeError, broken shape rule -> ValueError, both naming the
 arguments and their shapes, raised when the call is traced.

@@ -1,5 +1,5 @@
 """Loading of the compiled extension, FFI target registration and runtime
-introspection (API.md section 3).
+introspection (:func:`runtime_stats`, :func:`load_cann`, ...).
 
 The nanobind module ``_aclnn_ffi`` holds the XLA FFI handlers. They reach an
 aclnn provider only through ``dlopen``: the bundled host provider

@@ -1,4 +1,4 @@
-"""Differentiable forward operators (API.md section 2).
+"""Differentiable forward operators whose backward runs an aclnn operator.
 
 Each is a ``jax.custom_vjp`` function: the forward is plain ``jax.numpy``
 (XLA fuses it), the backward runs the matching aclnn operator of

@@ -1,5 +1,5 @@
 """The NPU loader path, exercised against the host provider: CANN is looked
-up where API.md says, and a directory laid out like a CANN install (holding
+up where ``load_cann`` documents, and a directory laid out like a CANN install (holding
 the host provider under CANN's library names) serves the operators end to
 end through the same loader and handlers."""
 

@@ -38,7 +38,7 @@ inline float ExpF(float x) {
   return p * __builtin_bit_cast(float, bits);
 }
 
-// The element-wise formulas (API.md section 1), on float chunks.
+// The element-wise formulas (the operators' docstrings in jax_aclnn/ops/), on float chunks.
 struct SmoothL1 {  // in: gradOut, self, target
   float beta, scale;
   void operator()(int64_t n, const float* const* in, float* __restrict out) const {

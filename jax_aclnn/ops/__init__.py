@@ -1,4 +1,4 @@
-"""The five aclnn backward operators (API.md section 1), one module each."""
+"""The five aclnn backward operators, one module each (formulas in their docstrings)."""
 
 from jax_aclnn.ops.batch_norm_reduce_backward import batch_norm_reduce_backward
 from jax_aclnn.ops.hardshrink_backward import hardshrink_backward
