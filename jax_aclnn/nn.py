@@ -58,7 +58,10 @@ def smooth_l1_loss(
     With ``d = input - target``: ``0.5 * d**2 / beta`` where ``|d| < beta``,
     else ``|d| - 0.5 * beta`` (``beta = 0``: ``|d|``), then reduced
     (``torch.nn.functional.smooth_l1_loss``). Differentiable in both
-    ``input`` and ``target``, which broadcast together.
+    ``input`` and ``target``, which broadcast together. For ``beta > 0`` it
+    is optax's Huber loss over beta:
+    ``optax.huber_loss(input, target, delta=beta).mean() / beta`` for
+    ``"mean"`` (``.sum()`` for ``"sum"``, elementwise for ``"none"``).
 
     Args:
       input: predictions.
@@ -154,7 +157,8 @@ _logit.defvjp(_logit_fwd, _logit_bwd)
 def hardshrink(x: Any, lambd: float = 0.5) -> jax.Array:
     """``x`` where ``|x| > lambd``, else 0 (``torch.nn.functional.hardshrink``).
 
-    The backward runs aclnnHardshrinkBackward.
+    The backward runs aclnnHardshrinkBackward. In a Flax module call it on
+    a layer's output, e.g. ``aclnn.hardshrink(nn.Dense(64)(x), 0.1)``.
 
     Raises:
       TypeError: unsupported dtype.
@@ -185,6 +189,10 @@ _hardshrink.defvjp(_hardshrink_fwd, _hardshrink_bwd)
 def swish(x: Any, beta: float = 1.0) -> jax.Array:
     """``x * sigmoid(beta * x)``; the backward runs aclnnSwishBackward.
 
+    An activation like ``flax.linen.swish``: in a Flax module,
+    ``aclnn.swish(nn.Dense(64)(x), 1.5)`` (linen) or
+    ``aclnn.swish(self.linear(x))`` (nnx).
+
     Raises:
       TypeError: unsupported dtype.
     """
@@ -193,7 +201,10 @@ def swish(x: Any, beta: float = 1.0) -> jax.Array:
 
 
 def silu(x: Any) -> jax.Array:
-    """``x * sigmoid(x)`` (``torch.nn.functional.silu``): ``swish(x, 1.0)``."""
+    """``x * sigmoid(x)`` (``torch.nn.functional.silu``, ``flax.linen.silu``): ``swish(x, 1.0)``.
+
+    In a Flax module: ``aclnn.silu(nn.Dense(64)(x))``.
+    """
     return swish(x, 1.0)
 
 
