@@ -168,6 +168,15 @@ def test_half_types_match_flax(flavour, case, rng):
                       momentum=0.9, **kw)
 
 
+@pytest.mark.parametrize("x_dtype", ["float32", "float16", "bfloat16"])
+def test_linen_without_float32_reductions_matches_flax(x_dtype, rng):
+    """force_float32_reductions=False: Flax's variable dtypes (running
+    statistics in param_dtype, promoted by the update as Flax's are); the
+    reductions still run in float32, so values agree to bfloat16 rounding."""
+    compare_with_flax("linen", rng, (4, 6, 5, 3), axis=1, x_dtype=x_dtype, tol_dtype="bfloat16",
+                      force_float32_reductions=False, param_dtype=jnp.bfloat16)
+
+
 def test_checkpoints_interchange(rng):
     """Variables trained with one layer run unchanged in the other (linen
     models auto-name both layers BatchNorm_0; nnx states have the same keys)."""

@@ -92,7 +92,16 @@ def infer(x, mean, var, scale, bias, *, axes: tuple[int, ...], epsilon: float, o
     return jnp.asarray(y, out_dtype)
 
 
-def running_average(old: jax.Array, batch: jax.Array, momentum: float) -> jax.Array:
-    """Flax's update ``momentum * old + (1 - momentum) * batch`` in ``old``'s dtype
-    (the batch statistics are the biased ones, as Flax averages)."""
-    return momentum * old + (1 - momentum) * batch.astype(old.dtype)
+def statistics_dtype(x: jax.Array, dtype: Any, force_float32: bool = True) -> Any:
+    """The dtype Flax gives batch statistics: ``dtype`` (default ``x``'s),
+    promoted to at least float32 unless ``force_float32`` is False."""
+    d = jnp.result_type(x) if dtype is None else dtype
+    return jnp.promote_types(d, jnp.float32) if force_float32 else jnp.dtype(d)
+
+
+def running_average(old: jax.Array, batch: jax.Array, momentum: float, dtype: Any) -> jax.Array:
+    """Flax's update ``momentum * old + (1 - momentum) * batch``, the batch
+    statistic (the biased variance, as Flax) first cast to ``dtype``
+    (:func:`statistics_dtype`), whatever dtype ``jax_aclnn.batch_norm``
+    returned it in; the result dtype follows JAX's promotion, as Flax's."""
+    return momentum * old + (1 - momentum) * batch.astype(dtype)

@@ -94,6 +94,7 @@ class BatchNorm(nn.BatchNorm):
             compute_dtype=dtypes.canonicalize_dtype(x, scale, bias), out_dtype=out_dtype,
         )
         if not self.is_initializing():
-            ra_mean.value = _bn.running_average(ra_mean.value, mean, self.momentum)
-            ra_var.value = _bn.running_average(ra_var.value, var, self.momentum)
+            dtype = _bn.statistics_dtype(x, self.dtype, self.force_float32_reductions)
+            ra_mean.value = _bn.running_average(ra_mean.value, mean, self.momentum, dtype)
+            ra_var.value = _bn.running_average(ra_var.value, var, self.momentum, dtype)
         return y

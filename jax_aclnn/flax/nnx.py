@@ -71,6 +71,7 @@ class BatchNorm(nnx.BatchNorm):
             x, scale, bias, axes=axes, epsilon=self.epsilon, axis_name=self.axis_name,
             compute_dtype=x.dtype, out_dtype=x.dtype,
         )
-        self.mean[...] = _bn.running_average(self.mean[...], mean, self.momentum)
-        self.var[...] = _bn.running_average(self.var[...], var, self.momentum)
+        dtype = _bn.statistics_dtype(x, self.dtype)
+        self.mean[...] = _bn.running_average(self.mean[...], mean, self.momentum, dtype)
+        self.var[...] = _bn.running_average(self.var[...], var, self.momentum, dtype)
         return y
