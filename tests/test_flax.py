@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -266,10 +267,12 @@ def test_unsupported_options_raise(flavour):
 
 
 def run_python(*args: str) -> str:
-    """Runs Python on the jax_aclnn this test process imported; returns stdout."""
+    """Runs Python on the jax_aclnn this test process imported (the installed
+    package, or the source tree built in place), outside the source tree;
+    returns stdout."""
     env = {**os.environ, "PYTHONPATH": str(Path(aclnn.__file__).parents[1])}
     out = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True,
-                         cwd=ROOT)
+                         timeout=300, cwd=tempfile.gettempdir())
     assert out.returncode == 0, out.stderr
     return out.stdout
 
