@@ -11,7 +11,9 @@ reference" lists each function with its formula; the docstrings are complete):
   :func:`silu`, :func:`batch_norm`;
 * runtime introspection: :func:`runtime_stats`, :func:`reset_runtime_stats`,
   :func:`load_cann`, :func:`set_executor_reuse`;
-* :func:`export_disabled_checks` for :func:`jax.export.export`.
+* :func:`export_disabled_checks` for :func:`jax.export.export`;
+* with the ``flax`` extra, :mod:`jax_aclnn.flax`: drop-in Flax ``BatchNorm``
+  layers (not imported by ``import jax_aclnn``).
 
 On JAX's CPU platform the operators run on the bundled host aclnn provider,
 on an Ascend NPU on CANN, both through the same XLA FFI handlers; on other
