@@ -141,8 +141,10 @@ def npu_handler(target: str):
     """The handler registered for the NPU platform, registered with the test
     runtime after its state type, as XLA requires."""
     if target not in _handlers:
-        rt.register_type(_ffi.STATE_TYPE_NAME, _ffi._aclnn_ffi.state_type())
-        _handlers[target] = rt.Handler(_ffi._aclnn_ffi.registrations()[target]["npu"])
+        type_id = rt.register_type(_ffi.STATE_TYPE_NAME, _ffi._aclnn_ffi.state_type())
+        handler = rt.Handler(_ffi._aclnn_ffi.registrations()[target]["npu"])
+        assert handler.state_type_id == type_id  # what its instantiate stage declares
+        _handlers[target] = handler
     return _handlers[target]
 
 
