@@ -315,7 +315,7 @@ def _check_first_npu_call_loads_cann() -> None:
     call.free()
 
 
-def _check_cann_missing_error() -> str:
+def _check_npu_calls_fail_without_cann() -> str:
     call = NpuCall("logit_grad", eps=-1.0)  # importing and instantiating work without CANN
     x = array(np.linspace(0.1, 0.9, 8), "float32")
     messages = []
@@ -381,8 +381,19 @@ def test_first_npu_call_loads_cann(standin, fresh_process):
 
 def test_cann_missing_is_reported_by_the_first_npu_call(standin, fresh_process, tmp_path):
     home = tmp_path / "no-cann"
-    message = fresh_process({"ASCEND_HOME_PATH": str(home)}).run(_check_cann_missing_error)
+    message = fresh_process({"ASCEND_HOME_PATH": str(home)}).run(_check_npu_calls_fail_without_cann)
     assert "CANN aclnn libraries not found" in message, message
     for where in (home / "lib64", home / "lib",
                   Path("/usr/local/Ascend/ascend-toolkit/latest/lib64")):
         assert f"{where} (missing libascendcl.so, libnnopbase.so, libopapi.so)" in message, message
+
+
+def test_cann_without_the_aclnn_abi_is_reported_by_the_first_npu_call(standin, fresh_process,
+                                                                      tmp_path):
+    lib64 = tmp_path / "not-cann" / "lib64"
+    lib64.mkdir(parents=True)
+    for name in ("libopapi.so", "libnnopbase.so", "libascendcl.so"):  # loadable, no aclnn
+        (lib64 / name).symlink_to(rt.__file__)
+    message = fresh_process({"ASCEND_HOME_PATH": str(lib64.parent)}).run(
+        _check_npu_calls_fail_without_cann)
+    assert message == f"the CANN libraries in {lib64} do not export aclCreateTensor", message
