@@ -193,9 +193,13 @@ ffi::Error GetWorkspaceSize(const Op& op, const AclnnApi& api, Descriptors& d,
 // has no scratch allocator, so on the CPU: a per-thread buffer that grows
 // to the largest workspace seen and is reused, with no allocation per call.
 struct ScratchWorkspace {
+  // XLA's device-memory allocation refuses alignments above 16
+  // (kMaxAlignment in xla/ffi/ffi_api.cc); device allocations are aligned
+  // more coarsely anyway.
+  static constexpr size_t kAlignment = 16;
   ffi::ScratchAllocator& scratch;
   void* operator()(uint64_t size) const {
-    std::optional<void*> ws = scratch.Allocate(size, 64);
+    std::optional<void*> ws = scratch.Allocate(size, kAlignment);
     return ws.value_or(nullptr);
   }
 };

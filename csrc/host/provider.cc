@@ -191,9 +191,29 @@ aclnnStatus PointwiseGetWorkspaceSize(const char* op, PointwiseOp kind,
   return ACLNN_SUCCESS;
 }
 
+#ifdef JAX_ACLNN_TESTING
+// Test hooks (tests/test_npu_runtime.py), per thread: the stream (its value
+// only) and workspace given to the last second phase, and a status the next
+// one refuses with.
+thread_local aclrtStream testing_last_stream = nullptr;
+thread_local void* testing_last_workspace = nullptr;
+thread_local uint64_t testing_last_workspace_size = 0;
+thread_local aclnnStatus testing_refuse_next = ACLNN_SUCCESS;
+#endif
+
 aclnnStatus Execute(const char* op, void* workspace, uint64_t workspace_size,
                     aclOpExecutor* ex, aclrtStream stream) {
   if (ex == nullptr) return Fail(ACLNN_ERR_PARAM_NULLPTR, "%s: executor is a null pointer", op);
+#ifdef JAX_ACLNN_TESTING
+  testing_last_stream = stream;
+  testing_last_workspace = workspace;
+  testing_last_workspace_size = workspace_size;
+  if (aclnnStatus st = testing_refuse_next) {
+    testing_refuse_next = ACLNN_SUCCESS;
+    if (!ex->repeatable) delete ex;  // a refused second phase still consumes the executor
+    return Fail(st, "%s: refused at the request of a test", op);
+  }
+#endif
   if (ex->op_name != op)
     return Fail(ACLNN_ERR_PARAM_INVALID, "%s: the executor was created by %sGetWorkspaceSize",
                 op, ex->op_name);
@@ -506,5 +526,18 @@ aclnnStatus aclnnBatchNormReduceBackward(void* workspace, uint64_t workspaceSize
                                          aclOpExecutor* executor, aclrtStream stream) {
   return Execute(kBnReduce, workspace, workspaceSize, executor, stream);
 }
+
+#ifdef JAX_ACLNN_TESTING
+// Test-only exports (built with -DJAX_ACLNN_TESTING=ON), not aclnn ABI.
+__attribute__((visibility("default"))) void jaxAclnnTestingLastExecute(
+    aclrtStream* stream, void** workspace, uint64_t* workspace_size) {
+  *stream = testing_last_stream;
+  *workspace = testing_last_workspace;
+  *workspace_size = testing_last_workspace_size;
+}
+__attribute__((visibility("default"))) void jaxAclnnTestingRefuseNextExecute(aclnnStatus status) {
+  testing_refuse_next = status;
+}
+#endif
 
 }  // extern "C"

@@ -1,0 +1,300 @@
+// nanobind module jax_aclnn._ffi_testing (test-only): drives FFI handlers as
+// XLA does on a device platform. A Handler is registered from its stage
+// capsules (with XLA's metadata query); Handler.instantiate makes a call site
+// (INSTANTIATE stage, which sets the site's state); CallSite.execute builds
+// an XLA_FFI_CallFrame of buffers and attributes laid out as XLA lays them
+// out and calls the EXECUTE stage on a Device's stream and memory; freeing
+// the call site destroys its state, as freeing an XLA executable does.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "testing/ffi_runtime.h"
+
+namespace nb = nanobind;
+
+namespace jax_aclnn::testing {
+namespace {
+
+using ErrorInfo = std::optional<std::pair<std::string, std::string>>;  // (code, message)
+using BufferSpec = std::tuple<uintptr_t, std::string, std::vector<int64_t>>;
+
+XLA_FFI_DataType DataTypeOf(const std::string& name) {
+  static const std::pair<const char*, XLA_FFI_DataType> kTypes[] = {
+      {"float32", XLA_FFI_DataType_F32}, {"float16", XLA_FFI_DataType_F16},
+      {"bfloat16", XLA_FFI_DataType_BF16}, {"float64", XLA_FFI_DataType_F64},
+      {"int32", XLA_FFI_DataType_S32},   {"int64", XLA_FFI_DataType_S64},
+      {"bool", XLA_FFI_DataType_PRED}};
+  for (const auto& [n, t] : kTypes)
+    if (name == n) return t;
+  throw std::invalid_argument("unsupported data type " + name);
+}
+
+// Scalar attributes sorted by name, as XLA passes them to a handler.
+class Attributes {
+ public:
+  // `attrs`: {name: (dtype name, value)}.
+  explicit Attributes(const nb::dict& attrs) {
+    for (auto [key, item] : attrs) {
+      auto [dtype, value] = nb::cast<std::pair<std::string, nb::object>>(item);
+      Attr& a = attrs_.emplace_back();
+      a.name = nb::cast<std::string>(key);
+      a.scalar.dtype = DataTypeOf(dtype);
+      switch (a.scalar.dtype) {
+        case XLA_FFI_DataType_F32: Store(a, nb::cast<float>(value)); break;
+        case XLA_FFI_DataType_F64: Store(a, nb::cast<double>(value)); break;
+        case XLA_FFI_DataType_S32: Store(a, nb::cast<int32_t>(value)); break;
+        case XLA_FFI_DataType_S64: Store(a, nb::cast<int64_t>(value)); break;
+        case XLA_FFI_DataType_PRED: Store(a, nb::cast<bool>(value)); break;
+        default: throw std::invalid_argument("unsupported attribute type " + dtype);
+      }
+    }
+    std::sort(attrs_.begin(), attrs_.end(),
+              [](const Attr& x, const Attr& y) { return x.name < y.name; });
+    for (Attr& a : attrs_) {  // pointers into attrs_, which no longer moves
+      a.span = {a.name.data(), a.name.size()};
+      a.scalar.value = a.value;
+      types_.push_back(XLA_FFI_AttrType_SCALAR);
+      names_.push_back(&a.span);
+      pointers_.push_back(&a.scalar);
+    }
+  }
+  Attributes(const Attributes&) = delete;
+  Attributes& operator=(const Attributes&) = delete;
+
+  XLA_FFI_Attrs Frame() {
+    return {XLA_FFI_Attrs_STRUCT_SIZE, nullptr, static_cast<int64_t>(attrs_.size()),
+            types_.data(), names_.data(), pointers_.data()};
+  }
+
+ private:
+  struct Attr {
+    std::string name;
+    XLA_FFI_ByteSpan span;
+    XLA_FFI_Scalar scalar;
+    alignas(8) unsigned char value[8];
+  };
+  template <typename T>
+  static void Store(Attr& a, T v) {
+    static_assert(sizeof(T) <= sizeof(a.value));
+    std::memcpy(a.value, &v, sizeof(T));
+  }
+  std::vector<Attr> attrs_;
+  std::vector<XLA_FFI_AttrType> types_;
+  std::vector<XLA_FFI_ByteSpan*> names_;
+  std::vector<void*> pointers_;
+};
+
+// The XLA_FFI_Buffer structs of one call's arguments or results.
+class Buffers {
+ public:
+  explicit Buffers(const std::vector<BufferSpec>& specs) : dims_(specs.size()) {
+    buffers_.reserve(specs.size());
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const auto& [address, dtype, dims] = specs[i];
+      dims_[i] = dims;
+      buffers_.push_back({XLA_FFI_Buffer_STRUCT_SIZE, nullptr, DataTypeOf(dtype),
+                          reinterpret_cast<void*>(address), static_cast<int64_t>(dims.size()),
+                          dims_[i].data()});
+    }
+    for (XLA_FFI_Buffer& b : buffers_) pointers_.push_back(&b);
+  }
+  int64_t size() const { return static_cast<int64_t>(buffers_.size()); }
+  void** pointers() { return pointers_.data(); }
+
+ private:
+  std::vector<std::vector<int64_t>> dims_;
+  std::vector<XLA_FFI_Buffer> buffers_;
+  std::vector<void*> pointers_;
+};
+
+ErrorInfo ToErrorInfo(XLA_FFI_Error* error) {
+  if (error == nullptr) return std::nullopt;
+  auto [code, message] = TakeError(error);
+  return std::make_pair(std::string(ErrorCodeName(code)), std::move(message));
+}
+
+// Calls a handler as XLA's runtime does: a C++ exception is an UNKNOWN
+// error, and synchronous handlers only (no future).
+XLA_FFI_Error* Call(XLA_FFI_Handler* handler, XLA_FFI_CallFrame* frame) {
+  XLA_FFI_Error* error = nullptr;
+  try {
+    error = handler(frame);
+  } catch (const std::exception& e) {
+    return MakeError(XLA_FFI_Error_Code_UNKNOWN, std::string("XLA FFI call failed: ") + e.what());
+  }
+  if (error == nullptr && frame->future != nullptr)
+    return MakeError(XLA_FFI_Error_Code_UNIMPLEMENTED, "asynchronous handlers (futures)");
+  return error;
+}
+
+XLA_FFI_CallFrame MakeFrame(XLA_FFI_ExecutionContext* ctx, XLA_FFI_ExecutionStage stage,
+                            Buffers* args, Buffers* rets, Attributes* attrs) {
+  static XLA_FFI_ArgType arg_types[16];
+  static XLA_FFI_RetType ret_types[16];
+  static const bool init = [] {
+    std::fill(std::begin(arg_types), std::end(arg_types), XLA_FFI_ArgType_BUFFER);
+    std::fill(std::begin(ret_types), std::end(ret_types), XLA_FFI_RetType_BUFFER);
+    return true;
+  }();
+  (void)init;
+  const int64_t num_args = args ? args->size() : 0, num_rets = rets ? rets->size() : 0;
+  if (num_args > 16 || num_rets > 16) throw std::invalid_argument("at most 16 buffers each");
+  XLA_FFI_CallFrame frame{};
+  frame.struct_size = XLA_FFI_CallFrame_STRUCT_SIZE;
+  frame.api = Api();
+  frame.ctx = ctx;
+  frame.stage = stage;
+  frame.args = {XLA_FFI_Args_STRUCT_SIZE, nullptr, num_args, arg_types,
+                args ? args->pointers() : nullptr};
+  frame.rets = {XLA_FFI_Rets_STRUCT_SIZE, nullptr, num_rets, ret_types,
+                rets ? rets->pointers() : nullptr};
+  frame.attrs = attrs->Frame();
+  return frame;
+}
+
+// What XLA asks a handler at registration (its metadata extension).
+XLA_FFI_Metadata QueryMetadata(XLA_FFI_Handler* handler) {
+  XLA_FFI_Metadata metadata{XLA_FFI_Metadata_STRUCT_SIZE,
+                            XLA_FFI_Api_Version{XLA_FFI_Api_Version_STRUCT_SIZE}};
+  XLA_FFI_Metadata_Extension extension{
+      XLA_FFI_Extension_Base{XLA_FFI_Metadata_Extension_STRUCT_SIZE, XLA_FFI_Extension_Metadata},
+      &metadata};
+  XLA_FFI_CallFrame frame{};
+  frame.struct_size = XLA_FFI_CallFrame_STRUCT_SIZE;
+  frame.extension_start = &extension.extension_base;
+  frame.api = Api();
+  frame.stage = XLA_FFI_ExecutionStage_EXECUTE;
+  frame.args.struct_size = XLA_FFI_Args_STRUCT_SIZE;
+  frame.rets.struct_size = XLA_FFI_Rets_STRUCT_SIZE;
+  frame.attrs.struct_size = XLA_FFI_Attrs_STRUCT_SIZE;
+  if (ErrorInfo e = ToErrorInfo(Call(handler, &frame)))
+    throw std::runtime_error("metadata query failed: " + e->first + ": " + e->second);
+  const XLA_FFI_Api_Version& v = metadata.api_version;
+  if (v.major_version != XLA_FFI_API_MAJOR || v.minor_version != XLA_FFI_API_MINOR)
+    throw std::runtime_error("handler API version " + std::to_string(v.major_version) + "." +
+                             std::to_string(v.minor_version) + " is not the runtime's");
+  return metadata;
+}
+
+XLA_FFI_Handler* HandlerOf(const nb::dict& bundle, const char* stage) {
+  if (!bundle.contains(stage)) return nullptr;
+  return reinterpret_cast<XLA_FFI_Handler*>(nb::cast<nb::capsule>(bundle[stage]).data());
+}
+
+struct Handler {
+  XLA_FFI_Handler* instantiate = nullptr;
+  XLA_FFI_Handler* execute = nullptr;
+  int64_t state_type_id = 0;  // of the state the instantiate stage makes
+
+  explicit Handler(const nb::dict& bundle)
+      : instantiate(HandlerOf(bundle, "instantiate")), execute(HandlerOf(bundle, "execute")) {
+    if (execute == nullptr) throw std::invalid_argument("a handler needs an execute stage");
+    QueryMetadata(execute);
+    if (instantiate != nullptr) state_type_id = QueryMetadata(instantiate).state_type_id.type_id;
+  }
+};
+
+class CallSite {
+ public:
+  CallSite(const Handler& handler, const nb::dict& attrs)
+      : execute_(handler.execute), attrs_(attrs) {
+    if (handler.instantiate == nullptr) return;
+    XLA_FFI_ExecutionContext ctx{nullptr, &state_};
+    XLA_FFI_CallFrame frame =
+        MakeFrame(&ctx, XLA_FFI_ExecutionStage_INSTANTIATE, nullptr, nullptr, &attrs_);
+    if (ErrorInfo e = ToErrorInfo(Call(handler.instantiate, &frame)))
+      throw std::runtime_error("instantiate failed: " + e->first + ": " + e->second);
+  }
+
+  ErrorInfo Execute(Device& device, const std::vector<BufferSpec>& args,
+                    const std::vector<BufferSpec>& rets) {
+    Buffers in(args), out(rets);
+    XLA_FFI_ExecutionContext ctx{&device, &state_};
+    XLA_FFI_CallFrame frame = MakeFrame(&ctx, XLA_FFI_ExecutionStage_EXECUTE, &in, &out, &attrs_);
+    XLA_FFI_Error* error;
+    {
+      nb::gil_scoped_release release;
+      error = Call(execute_, &frame);
+    }
+    return ToErrorInfo(error);
+  }
+
+  void Free() { state_.Reset(); }
+  bool has_state() const { return state_.has_state(); }
+
+ private:
+  XLA_FFI_Handler* execute_;
+  Attributes attrs_;
+  ExecutionState state_;
+};
+
+int64_t RegisterType(const std::string& name, const nb::dict& state_type) {
+  XLA_FFI_Type_Register_Args args{};
+  args.struct_size = XLA_FFI_Type_Register_Args_STRUCT_SIZE;
+  args.name = {name.data(), name.size()};
+  args.type_id = static_cast<XLA_FFI_TypeId*>(nb::cast<nb::capsule>(state_type["type_id"]).data());
+  args.type_info =
+      static_cast<const XLA_FFI_TypeInfo*>(nb::cast<nb::capsule>(state_type["type_info"]).data());
+  if (ErrorInfo e = ToErrorInfo(Api()->XLA_FFI_Type_Register(&args)))
+    throw std::runtime_error("type registration failed: " + e->first + ": " + e->second);
+  return args.type_id->type_id;
+}
+
+}  // namespace
+
+NB_MODULE(_ffi_testing, m) {
+  m.doc() = "Test-only minimal XLA FFI runtime for the device-platform (NPU) handlers.";
+
+  m.def("register_type", &RegisterType, nb::arg("name"), nb::arg("state_type"),
+        "Registers an FFI type ({'type_id': capsule, 'type_info': capsule}); returns its id.");
+
+  nb::class_<Device>(m, "Device", "A fake device: its stream and counted memory.")
+      .def(nb::init<>())
+      .def_prop_ro("stream",
+                   [](Device& d) { return reinterpret_cast<uintptr_t>(d.stream()); })
+      .def("memory_stats",
+           [](Device& d) {
+             Device::MemoryStats s = d.Stats();
+             nb::dict r;
+             r["allocations"] = s.allocations;
+             r["frees"] = s.frees;
+             r["live"] = s.live;
+             r["live_bytes"] = s.live_bytes;
+             r["bytes"] = s.bytes;
+             r["last_size"] = s.last_size;
+             r["last_alignment"] = s.last_alignment;
+             r["last_address"] = s.last_address;
+             return r;
+           })
+      .def("set_memory_limit", &Device::SetMemoryLimit, nb::arg("bytes").none());
+
+  nb::class_<Handler>(m, "Handler", "An FFI handler bundle, registered as XLA does.")
+      .def(nb::init<const nb::dict&>(), nb::arg("bundle"))
+      .def_ro("state_type_id", &Handler::state_type_id)
+      .def(
+          "instantiate",
+          [](const Handler& h, const nb::dict& attrs) { return new CallSite(h, attrs); },
+          nb::arg("attrs"), nb::rv_policy::take_ownership,
+          "A call site with attributes {name: (dtype, value)}: runs the INSTANTIATE stage.");
+
+  nb::class_<CallSite>(m, "CallSite", "One custom call of a compiled program.")
+      .def("execute", &CallSite::Execute, nb::arg("device"), nb::arg("args"), nb::arg("rets"),
+           "EXECUTE stage with buffers (address, dtype, dims); None or (code, message).")
+      .def("free", &CallSite::Free, "Destroys the state, as freeing the program does.")
+      .def_prop_ro("has_state", &CallSite::has_state);
+}
+
+}  // namespace jax_aclnn::testing
