@@ -166,7 +166,8 @@ def batch_norm_grads_numpy(x, w, gy, axis, eps=1e-5):
 @pytest.mark.parametrize("path", ["aclnn", "reference"])
 @pytest.mark.parametrize("dtype,center", [("float16", 1000.0), ("bfloat16", 100.0)])
 @pytest.mark.parametrize("axis,shape", [(-1, (256, 8)), (1, (16, 4, 12))])
-def test_half_batch_norm_keeps_float32_statistics(rng, monkeypatch, path, dtype, center, axis, shape):
+def test_half_batch_norm_keeps_float32_statistics(rng, monkeypatch, path, dtype, center, axis,
+                                                 shape):
     """|mean| >> std: statistics rounded to the input dtype (the backward's
     mean in float16 at 1000 is off by up to 0.25) cost 6-13% of grad_weight;
     kept in float32 end to end the gradients are within 1% of float64."""

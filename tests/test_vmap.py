@@ -119,7 +119,7 @@ def test_vmap_over_rank_8_examples_merges_dimensions(rng, name):
 def test_nested_vmap_over_rank_8_examples(rng):
     x = rng.normal(size=(2, 3) + RANK8).astype(np.float32)
     g = rng.normal(size=(3,) + RANK8).astype(np.float32)
-    fn = jax.vmap(jax.vmap(lambda g, x: aclnn.swish_backward(g, x), in_axes=(0, 0)), in_axes=(None, 0))
+    fn = jax.vmap(jax.vmap(aclnn.swish_backward), in_axes=(None, 0))
     out = jax.jit(fn)(g, x)
     expected = np.stack([np.asarray(aclnn.swish_backward(g[j], x[i, j]))
                          for i in range(2) for j in range(3)]).reshape(out.shape)
