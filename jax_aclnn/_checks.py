@@ -6,6 +6,7 @@ arguments and their shapes, raised when the call is traced.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,36 +22,53 @@ def _dtype_names() -> str:
     return ", ".join(d.name for d in SUPPORTED_DTYPES)
 
 
-def float_arrays(op: str, **args: Any) -> list[jax.Array]:
-    """Converts each argument with ``jnp.asarray`` and checks its dtype and rank.
+def _is_weak(value: Any) -> bool:
+    """Whether ``value`` is weakly typed as in jax.numpy: a Python int or
+    float, or a weakly typed JAX array of real numbers (a tracer of one)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return True
+    return bool(getattr(value, "weak_type", False)) and jnp.dtype(value.dtype).kind in "fiu"
 
-    All arguments must share one supported dtype.
+
+def float_arrays(op: str, **args: Any) -> list[jax.Array]:
+    """Converts each argument to a JAX array and checks its dtype and rank.
+
+    All array arguments must share one supported dtype. Weakly typed values
+    (Python scalars, weakly typed JAX arrays) take that dtype, as they do in
+    jax.numpy (also under ``jax_enable_x64``); float32 when every argument is
+    weakly typed.
 
     Raises:
       TypeError: an argument has an unsupported dtype, or the dtypes differ.
       ValueError: an argument has rank above 8.
     """
-    arrays = []
+    weak = {name: _is_weak(value) for name, value in args.items()}
+    dtypes = {}
     for name, value in args.items():
+        if weak[name]:
+            continue
         # The dtype as given: jnp.asarray would silently turn float64 into
         # float32 when x64 is off.
         given = getattr(value, "dtype", None)
         try:
-            a = jnp.asarray(value)
+            dtype = jnp.dtype(given) if given is not None else jnp.asarray(value).dtype
         except TypeError as e:
             raise TypeError(f"{op}: {name} is not an array: {e}") from None
-        dtype = jnp.dtype(given) if given is not None else a.dtype
         if dtype not in SUPPORTED_DTYPES:
             raise TypeError(
                 f"{op}: {name} has dtype {dtype}; supported dtypes are {_dtype_names()}"
             )
+        dtypes[name] = dtype
+    if len(set(dtypes.values())) > 1:
+        listing = ", ".join(f"{n}: {d}" for n, d in dtypes.items())
+        raise TypeError(f"{op}: all tensor arguments must share one dtype; got {listing}")
+    common = next(iter(dtypes.values()), SUPPORTED_DTYPES[0])
+    arrays = []
+    for name, value in args.items():
+        a = jnp.asarray(value, common) if weak[name] else jnp.asarray(value)
         if a.ndim > MAX_RANK:
             raise ValueError(f"{op}: {name} has rank {a.ndim} (shape {a.shape}); at most 8")
         arrays.append(a)
-    dtypes = {a.dtype for a in arrays}
-    if len(dtypes) > 1:
-        listing = ", ".join(f"{n}: {a.dtype}" for n, a in zip(args, arrays))
-        raise TypeError(f"{op}: all tensor arguments must share one dtype; got {listing}")
     return arrays
 
 
@@ -74,11 +92,47 @@ def same_shape(op: str, names: Sequence[str], arrays: Sequence[jax.Array]) -> No
         raise ValueError(f"{op}: arguments must have the same shape; got {_listing(names, arrays)}")
 
 
-def real_number(op: str, name: str, value: Any) -> float:
-    """A Python float from a static scalar argument; TypeError otherwise."""
+def _static(op: str, name: str, value: Any) -> None:
     if isinstance(value, jax.core.Tracer):
-        raise TypeError(f"{op}: {name} must be a static Python number, not a traced value")
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{op}: {name} must be a real number, got {value!r}") from None
+        raise TypeError(
+            f"{op}: {name} must be static (a Python value known when the call is traced), "
+            "not a traced value"
+        )
+
+
+def _is_scalar_array(value: Any, kinds: str) -> bool:
+    """A 0-d NumPy or concrete JAX array whose dtype kind is in ``kinds``."""
+    return (isinstance(value, (np.ndarray, np.generic, jax.Array)) and np.ndim(value) == 0
+            and np.dtype(value.dtype).kind in kinds)
+
+
+def real_number(op: str, name: str, value: Any) -> float:
+    """A Python float from a static real scalar (int, float, or a 0-d NumPy or
+    JAX array of a real type); TypeError for anything else: strings (also
+    numeric ones such as ``'1.5'``), bools, complex numbers, traced values."""
+    _static(op, name, value)
+    if isinstance(value, (bool, np.bool_)) or not (
+        isinstance(value, numbers.Real) or _is_scalar_array(value, "fiu")
+    ):
+        raise TypeError(f"{op}: {name} must be a real number, got {value!r}")
+    return float(value)
+
+
+def flag(op: str, name: str, value: Any) -> bool:
+    """A static bool (``True``/``False`` or a NumPy bool); TypeError otherwise
+    (``'no'`` or ``1`` are not flags)."""
+    _static(op, name, value)
+    if not (isinstance(value, (bool, np.bool_)) or _is_scalar_array(value, "b")):
+        raise TypeError(f"{op}: {name} must be a bool, got {value!r}")
+    return bool(value)
+
+
+def integer(op: str, name: str, value: Any) -> int:
+    """A static Python int from an integer scalar; TypeError otherwise
+    (floats such as ``1.5``, None, bools, strings)."""
+    _static(op, name, value)
+    if isinstance(value, (bool, np.bool_)) or not (
+        isinstance(value, numbers.Integral) or _is_scalar_array(value, "iu")
+    ):
+        raise TypeError(f"{op}: {name} must be an integer, got {value!r}")
+    return int(value)

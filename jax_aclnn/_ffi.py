@@ -53,9 +53,25 @@ EXECUTOR_REUSE_ENV = "JAX_ACLNN_EXECUTOR_REUSE"
 STATE_TYPE_NAME = "jax_aclnn.CallState"
 
 
+#: Platform names of JAX's CPU, which the host provider's handlers serve.
+CPU_PLATFORM_NAMES = ("cpu", "host")
+
+
 def npu_platform() -> str:
-    """The Ascend PJRT plugin's platform name: ``$JAX_ACLNN_NPU_PLATFORM`` or ``"npu"``."""
-    return os.environ.get(NPU_PLATFORM_ENV, "npu")
+    """The Ascend PJRT plugin's platform name: ``$JAX_ACLNN_NPU_PLATFORM`` or ``"npu"``.
+
+    Raises:
+      ValueError: the variable names the CPU platform, which has its own
+        (host provider) handlers.
+    """
+    platform = os.environ.get(NPU_PLATFORM_ENV, "npu")
+    if platform.strip().lower() in CPU_PLATFORM_NAMES:
+        raise ValueError(
+            f"{NPU_PLATFORM_ENV}={platform!r} names JAX's CPU platform, which jax_aclnn already "
+            "serves with its host provider; set it to the Ascend PJRT plugin's platform name "
+            "(e.g. 'npu'), or unset it"
+        )
+    return platform
 
 
 def handler_platforms() -> tuple[str, ...]:
@@ -165,11 +181,12 @@ def load_cann(path: str | os.PathLike[str] | None = None) -> str:
       The directory the libraries were loaded from.
 
     Raises:
+      ValueError: ``path`` is relative or empty (CANN is loaded only from an
+        absolute install path), or holds a NUL byte; nothing is opened then.
       RuntimeError: naming every location searched and the library missing
         there, or a library that could not be loaded.
     """
-    root = None if path is None else os.path.abspath(os.fspath(path))
-    return _aclnn_ffi.load_cann(root)
+    return _aclnn_ffi.load_cann(None if path is None else os.fspath(path))
 
 
 def default_cann_roots() -> list[str]:

@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.core import ShapedArray
 
-from jax_aclnn import _compat, _ffi, _sharding
+from jax_aclnn import _checks, _compat, _ffi, _sharding
 
 REFERENCE_ENV = "JAX_ACLNN_REFERENCE"
 
@@ -42,14 +44,19 @@ class AclnnPrimitive:
     """Base class: one subclass per aclnn operator.
 
     Subclasses set ``name`` (the JAX primitive and public function name),
-    ``aclnn_name`` (the aclnn operator) and implement ``abstract_eval``,
-    ``reference``, ``ffi_attributes`` and ``batch``; ``factors`` and
-    ``local_call`` when the element-wise defaults do not fit.
+    ``aclnn_name`` (the aclnn operator), ``operand_names`` (the public
+    argument names of the operands, for error messages) and implement
+    ``abstract_eval``, ``reference``, ``ffi_attributes`` and ``batch``;
+    ``factors`` and ``local_call`` when the element-wise defaults do not fit.
     """
 
     name: ClassVar[str]
     aclnn_name: ClassVar[str]
+    operand_names: ClassVar[tuple[str, ...]]
     multiple_results: ClassVar[bool] = False
+    #: Operand dtypes CANN's operator refuses: on the NPU platform such
+    #: operands are cast to float32 before the call, results cast back.
+    npu_float32_dtypes: ClassVar[tuple[Any, ...]] = ()
 
     def __init__(self) -> None:
         self.target = "aclnn_" + self.name
@@ -106,6 +113,19 @@ class AclnnPrimitive:
             return self.reference(*args, **params)
         return self.primitive.bind(*_compat.match_varying_axes(args), **params)
 
+    def bind_batched(self, operands: Sequence[Any], **params: Any) -> Any:
+        """Binds an element-wise operator (one result of the operands'
+        broadcast shape) to operands that vmap's batch axis may have taken
+        past aclnn's rank limit: then the call runs on the operands with
+        their dimensions merged (:func:`merged_shapes`) and the result gets
+        the broadcast shape back."""
+        shape = tuple(np.broadcast_shapes(*(a.shape for a in operands)))
+        if len(shape) <= _checks.MAX_RANK:
+            return self.bind(*operands, **params)
+        shapes = merged_shapes(self.name, self.operand_names, [a.shape for a in operands])
+        merged = [jnp.reshape(a, s) for a, s in zip(operands, shapes)]
+        return jnp.reshape(self.bind(*merged, **params), shape)
+
     def _abstract_eval(self, *avals: ShapedArray, **params: Any) -> Any:
         out = self.abstract_eval(*avals, **params)
         if self.multiple_results:
@@ -119,21 +139,66 @@ class AclnnPrimitive:
         call = jax.ffi.ffi_call(self.target, [jax.ShapeDtypeStruct(o.shape, o.dtype) for o in out])
         return list(call(*args, **self.ffi_attributes(**params)))
 
-    def _lower_ffi(self, ctx: Any, *args: Any, **params: Any) -> Any:
+    def _lower_ffi(self, ctx: Any, *args: Any, platform: str, **params: Any) -> Any:
         if _compat.spmd_partitioned(ctx):
-            fn = _sharding.partitioned(self, ctx.avals_in, ctx.avals_out, params)
+            call = _sharding.partitioned(self, ctx.avals_in, ctx.avals_out, params)
         else:
-            fn = lambda *a: self.ffi_call(*a, **params)  # noqa: E731
+            call = lambda *a: self.ffi_call(*a, **params)  # noqa: E731
+
+        def fn(*a: Any) -> list[Any]:
+            if platform != "cpu":  # CANN: dtypes it refuses are computed in float32
+                a = tuple(v.astype(jnp.float32) if v.dtype in self.npu_float32_dtypes else v
+                          for v in a)
+            return [o.astype(aval.dtype) for o, aval in zip(call(*a), ctx.avals_out)]
+
         return _compat.lower_fun(fn, multiple_results=True)(ctx, *args)
 
     def _lower(self, ctx: Any, *args: Any, **params: Any) -> Any:
         _ffi.ensure_npu_registered()
-        rules = {platform: self._lower_ffi for platform in _ffi.handler_platforms()}
+        rules = {platform: partial(self._lower_ffi, platform=platform)
+                 for platform in _ffi.handler_platforms()}
         reference = _compat.lower_fun(self.reference, multiple_results=self.multiple_results)
         return _compat.lower_per_platform(ctx, self.name, rules, reference, set(), *args, **params)
 
 
 # --- batching helpers shared by the element-wise operators ---------------
+
+
+def merged_shapes(op: str, names: Sequence[str],
+                  shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """Shapes of broadcasting operands with as few dimensions as broadcasting allows.
+
+    Dimensions of size 1 in the broadcast shape are dropped, and a run of
+    adjacent dimensions merges into one where every operand either has all
+    of them or broadcasts along all of them (size 1). Every operand gets the
+    merged rank; reshaped to these shapes, the operands broadcast to the
+    merged broadcast shape, whose elements are those of the original one in
+    the same (row-major) order.
+
+    Raises:
+      ValueError: more than 8 dimensions remain (aclnn's rank limit), naming
+        ``op`` and the operands' shapes.
+    """
+    shape = tuple(np.broadcast_shapes(*shapes))
+    padded = [(1,) * (len(shape) - len(s)) + tuple(s) for s in shapes]
+    groups: list[tuple[tuple[bool, ...], int]] = []  # (which operands have it, size)
+    for i, n in enumerate(shape):
+        if n == 1:
+            continue
+        has = tuple(p[i] != 1 for p in padded)
+        if groups and groups[-1][0] == has:
+            groups[-1] = (has, groups[-1][1] * n)
+        else:
+            groups.append((has, n))
+    if len(groups) > _checks.MAX_RANK:
+        listing = ", ".join(f"{n}{tuple(s)}" for n, s in zip(names, shapes))
+        too_long = ", ".join(n for n, s in zip(names, shapes) if len(s) > _checks.MAX_RANK)
+        raise ValueError(
+            f"{op}: with vmap's batch axis {too_long} has rank {len(shape)} (shapes "
+            f"{listing}); broadcasting leaves {len(groups)} dimensions that cannot be merged, "
+            f"and the aclnn operator takes at most {_checks.MAX_RANK}"
+        )
+    return [tuple(size if has[k] else 1 for has, size in groups) for k in range(len(shapes))]
 
 
 def batch_size(args: Sequence[Any], dims: Sequence[Any]) -> int:

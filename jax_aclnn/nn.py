@@ -19,12 +19,13 @@ import numpy as np
 
 from jax_aclnn import _checks, _compat
 from jax_aclnn.ops import (
-    batch_norm_reduce_backward,
     hardshrink_backward,
     logit_grad,
     smooth_l1_loss_backward,
     swish_backward,
 )
+from jax_aclnn.ops.batch_norm_reduce_backward import reduce_backward
+from jax_aclnn.ops.hardshrink_backward import shrunk
 from jax_aclnn.ops.smooth_l1_loss_backward import REDUCTIONS, reduction_code
 
 
@@ -155,10 +156,13 @@ _logit.defvjp(_logit_fwd, _logit_bwd)
 
 
 def hardshrink(x: Any, lambd: float = 0.5) -> jax.Array:
-    """``x`` where ``|x| > lambd``, else 0 (``torch.nn.functional.hardshrink``).
+    """0 where ``|x| <= lambd``, else ``x`` (``torch.nn.functional.hardshrink``:
+    a NaN passes through).
 
-    The backward runs aclnnHardshrinkBackward. In a Flax module call it on
-    a layer's output, e.g. ``aclnn.hardshrink(nn.Dense(64)(x), 0.1)``.
+    The backward runs aclnnHardshrinkBackward. Both compare in float32, so
+    that in float16/bfloat16 they agree on the side of ``lambd`` of every
+    element. In a Flax module call it on a layer's output, e.g.
+    ``aclnn.hardshrink(nn.Dense(64)(x), 0.1)``.
 
     Raises:
       TypeError: unsupported dtype.
@@ -169,7 +173,7 @@ def hardshrink(x: Any, lambd: float = 0.5) -> jax.Array:
 
 @partial(jax.custom_vjp, nondiff_argnums=(1,))
 def _hardshrink(x, lambd):
-    return jnp.where(jnp.abs(x) > lambd, x, jnp.zeros((), x.dtype))
+    return jnp.where(shrunk(x, lambd), jnp.zeros((), x.dtype), x)
 
 
 def _hardshrink_fwd(x, lambd):
@@ -261,14 +265,21 @@ def batch_norm(
 
     Returns:
       ``(y, batch_mean, batch_var)``; ``y`` like ``x``, the statistics of
-      shape ``(C,)`` in x's dtype, carrying no gradient (for running averages).
+      shape ``(C,)`` in float32 for float16/bfloat16 ``x`` (the statistics
+      stay float32 end to end, also in the backward, as in PyTorch's
+      SyncBatchNorm), carrying no gradient (for running averages).
 
     Raises:
-      TypeError: unsupported or differing dtypes.
-      ValueError: ``x`` of rank < 2, a bad ``channel_axis``, or weight/bias
-        not of shape ``(C,)``.
+      TypeError: unsupported or differing dtypes, ``channel_axis`` not an
+        integer, ``eps`` not a real number or traced.
+      ValueError: ``x`` of rank < 2, ``channel_axis`` out of range, ``eps``
+        negative, NaN or infinite, or weight/bias not of shape ``(C,)``.
     """
     op = "batch_norm"
+    channel_axis = _checks.integer(op, "channel_axis", channel_axis)
+    eps = _checks.real_number(op, "eps", eps)
+    if not 0 <= eps < math.inf:
+        raise ValueError(f"{op}: eps must be a finite number >= 0, got {eps}")
     tensors = {"x": x}
     if weight is not None:
         tensors["weight"] = weight
@@ -289,7 +300,7 @@ def batch_norm(
                 f"with channel_axis={channel_axis}; got {arrays[name].shape}"
             )
     return _batch_norm(
-        xa, arrays.get("weight"), arrays.get("bias"), axis, float(eps), axis_name
+        xa, arrays.get("weight"), arrays.get("bias"), axis, eps, axis_name
     )
 
 
@@ -349,7 +360,7 @@ def _batch_norm_fwd(x, weight, bias, axis, eps, axis_name):
         y = y * _channel(weight.astype(jnp.float32), x.ndim, axis)
     if bias is not None:
         y = y + _channel(bias.astype(jnp.float32), x.ndim, axis)
-    out = (y.astype(x.dtype), mean.astype(x.dtype), var.astype(x.dtype))
+    out = (y.astype(x.dtype), mean, var)
     return out, (x, weight, bias, mean, invstd, jnp.float32(count))
 
 
@@ -361,26 +372,25 @@ def _batch_norm_bwd(axis, eps, axis_name, res, cts):
     inner = math.prod(x.shape[axis + 1 :])
     channels = x.shape[axis]
     as3 = lambda a: a.reshape(outer, channels, inner)  # noqa: E731
-    sum_dy, sum_dy_xmu, grad_weight, grad_bias = batch_norm_reduce_backward(
+    # The statistics (and so the sums) stay float32 for half-precision x.
+    sum_dy, sum_dy_xmu, grad_weight, grad_bias = reduce_backward(
         as3(gy),
         as3(x),
-        mean.astype(dtype),
-        invstd.astype(dtype),
-        weight,
+        mean,
+        invstd,
+        None if weight is None else weight.astype(jnp.float32),
         input_g=True,
         weight_g=weight is not None,
         bias_g=bias is not None,
     )
-    sum_dy = sum_dy.astype(jnp.float32)
-    sum_dy_xmu = sum_dy_xmu.astype(jnp.float32)
     if axis_name is not None:
         # SyncBatchNorm: the element-wise step needs the global sums.
         sum_dy, sum_dy_xmu = jax.lax.psum((sum_dy, sum_dy_xmu), axis_name)
     if grad_weight is not None:
         grad_weight = _parameter_gradient(
-            grad_weight, (sum_dy_xmu * invstd).astype(dtype), weight, x, axis_name)
+            grad_weight, sum_dy_xmu * invstd, weight, x, axis_name).astype(weight.dtype)
     if grad_bias is not None:
-        grad_bias = _parameter_gradient(grad_bias, sum_dy.astype(dtype), bias, x, axis_name)
+        grad_bias = _parameter_gradient(grad_bias, sum_dy, bias, x, axis_name).astype(bias.dtype)
     scale = invstd if weight is None else invstd * weight.astype(jnp.float32)
     ch = lambda v: _channel(v, x.ndim, axis)  # noqa: E731
     xmu = x.astype(jnp.float32) - ch(mean)

@@ -4,6 +4,8 @@ values the kernel sees, and per-dtype tolerances."""
 from __future__ import annotations
 
 import gc
+import os
+import zlib
 
 import jax
 import jax.numpy as jnp
@@ -42,12 +44,24 @@ def assert_close(actual, expected, dtype, scale: float = 1.0) -> None:
     np.testing.assert_allclose(actual, expected, rtol=tol, atol=tol, equal_nan=True)
 
 
+#: Environment variable overriding every test's seed (to replay or vary runs).
+SEED_ENV = "JAX_ACLNN_TEST_SEED"
+
+
+def seed_of(nodeid: str) -> int:
+    """The seed of a test: ``$JAX_ACLNN_TEST_SEED`` if set, else fixed by the
+    test's id (the same every run, different between tests)."""
+    override = os.environ.get(SEED_ENV)
+    return int(override) if override else zlib.crc32(nodeid.encode())
+
+
 @pytest.fixture
 def rng(request) -> np.random.Generator:
-    """Fresh random inputs each run; the seed is printed on failure."""
-    seed = np.random.SeedSequence().entropy % (2**32)
+    """Random inputs from the test's own fixed seed (:func:`seed_of`),
+    printed on failure with the variable that replays it."""
+    seed = seed_of(request.node.nodeid)
     request.node.user_properties.append(("seed", seed))
-    print(f"seed={seed}")
+    print(f"seed={seed} (replay: {SEED_ENV}={seed})")
     return np.random.default_rng(seed)
 
 

@@ -82,3 +82,41 @@ def test_executor_reuse_off_runs_both_phases_every_step():
     del step
     free_compiled_programs()
     assert aclnn.runtime_stats()["live_executors"] == 0
+
+
+def cann_layout(root):
+    """A directory laid out like a CANN install, holding the host provider."""
+    (root / "lib64").mkdir(parents=True)
+    for name in ("libopapi.so", "libnnopbase.so", "libascendcl.so"):
+        (root / "lib64" / name).symlink_to(_ffi.HOST_PROVIDER_LIBRARY)
+
+
+@pytest.mark.parametrize("path", ["", ".", "relative", "lib64/.."])
+def test_load_cann_refuses_relative_paths_before_opening_anything(tmp_path, monkeypatch, path):
+    # The working directory (and "relative" in it) looks like a CANN install:
+    # a relative path must not reach it.
+    cann_layout(tmp_path)
+    cann_layout(tmp_path / "relative")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="must be absolute"):
+        aclnn.load_cann(path)
+    with pytest.raises(ValueError, match="must be absolute"):
+        _ffi._aclnn_ffi.load_cann(path)  # the C++ loader checks it too
+
+
+def test_load_cann_refuses_nul_bytes(tmp_path):
+    cann_layout(tmp_path)
+    for loader in (aclnn.load_cann, _ffi._aclnn_ffi.load_cann):
+        with pytest.raises(ValueError, match="NUL"):
+            loader(f"{tmp_path}\0/ignored")
+
+
+def test_npu_platform_naming_the_cpu_is_a_clear_error(monkeypatch):
+    x = np.ones(3, np.float32)
+    for value in ("cpu", "Host"):
+        monkeypatch.setenv("JAX_ACLNN_NPU_PLATFORM", value)
+        with pytest.raises(ValueError, match=f"JAX_ACLNN_NPU_PLATFORM='{value}' names JAX's CPU"):
+            jax.jit(lambda x: aclnn.swish_backward(x, x)).lower(x)
+    monkeypatch.delenv("JAX_ACLNN_NPU_PLATFORM")
+    np.testing.assert_allclose(np.asarray(jax.jit(lambda x: aclnn.swish_backward(x, x))(x)),
+                               np.asarray(aclnn.swish_backward(x, x)))

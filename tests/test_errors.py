@@ -82,13 +82,18 @@ def test_errors_are_raised_at_trace_time():
 
 def test_provider_status_reaches_python_with_code_and_message():
     """A call the host provider rejects (reduction 7), built by hand."""
+    from conftest import free_compiled_programs
+
+    free_compiled_programs()  # no other program's descriptors go away meanwhile
+    live_before = aclnn.runtime_stats()["live_tensors"]
     call = jax.ffi.ffi_call("aclnn_smooth_l1_loss_backward", jax.ShapeDtypeStruct((2, 3), np.float32))
     with pytest.raises(Exception, match=r"aclnnSmoothL1LossBackwardGetWorkspaceSize failed: aclnnStatus 161002 \(ACLNN_ERR_PARAM_INVALID\): .*reduction must be 0"):
         jax.jit(lambda x: call(x, x, x, reduction=np.int64(7), beta=np.float32(1)))(F).block_until_ready()
     wrong = jax.ffi.ffi_call("aclnn_logit_grad", jax.ShapeDtypeStruct((3, 2), np.float32))
     with pytest.raises(Exception, match=r"aclnnStatus 161002 .*out has shape \[3,2\]"):
         jax.jit(lambda x: wrong(x, x, eps=np.float64(-1)))(F).block_until_ready()
-    assert aclnn.runtime_stats()["live_tensors"] >= 0
+    # nothing of the failed calls stays alive
+    assert aclnn.runtime_stats()["live_tensors"] == live_before
 
 
 def test_host_provider_refuses_null_executor_reuse_arguments_as_cann_does():
@@ -102,3 +107,71 @@ def test_host_provider_refuses_null_executor_reuse_arguments_as_cann_does():
         fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p]
         assert fn(None, 0, None, None) == 561103  # ACLNN_ERR_INNER_NULLPTR, as CANN documents
         assert b"null" in lib.aclGetRecentErrMsg()
+
+
+@pytest.mark.parametrize("call", [
+    lambda: aclnn.smooth_l1_loss_backward(F, F, F, beta="1.5"),
+    lambda: aclnn.smooth_l1_loss(F, F, beta="1.5"),
+    lambda: aclnn.hardshrink_backward(F, F, lambd="nan"),
+    lambda: aclnn.hardshrink(F, lambd="0.5"),
+    lambda: aclnn.logit_grad(F, F, eps="0.1"),
+    lambda: aclnn.logit(F, eps="0.1"),
+    lambda: aclnn.swish_backward(F, F, beta=b"1"),
+    lambda: aclnn.swish(F, beta=True),
+    lambda: aclnn.swish(F, beta=1j),
+    lambda: aclnn.batch_norm(F, eps="0.1"),
+], ids=["smooth_l1_backward", "smooth_l1", "hardshrink_backward", "hardshrink", "logit_grad",
+        "logit", "swish_backward_bytes", "swish_bool", "swish_complex", "batch_norm"])
+def test_numeric_strings_and_other_non_numbers_are_type_errors(call):
+    with pytest.raises(TypeError, match="must be a real number"):
+        call()
+
+
+def test_masks_must_be_bools():
+    c = np.ones(3, np.float32)
+    for name, value in (("input_g", "no"), ("weight_g", 1), ("bias_g", None)):
+        with pytest.raises(TypeError, match=f"{name} must be a bool"):
+            aclnn.batch_norm_reduce_backward(F, F, c, c, c, **{name: value})
+    outs = aclnn.batch_norm_reduce_backward(F, F, c, c, c, input_g=np.bool_(False), weight_g=True)
+    assert outs[0] is None and outs[2] is not None
+
+
+def test_batch_norm_attributes():
+    for eps in (-1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="eps must be a finite number >= 0"):
+            aclnn.batch_norm(F, eps=eps)
+    for axis in (1.5, None, "1", True):
+        with pytest.raises(TypeError, match="channel_axis must be an integer"):
+            aclnn.batch_norm(F, channel_axis=axis)
+    with pytest.raises(TypeError, match="eps must be static"):
+        jax.jit(lambda x, e: aclnn.batch_norm(x, eps=e))(F, 1e-3)
+    y, _, _ = aclnn.batch_norm(F, channel_axis=np.int64(0), eps=np.float32(0))  # NumPy scalars do
+    assert y.shape == F.shape
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_python_scalars_take_the_dtype_of_the_arrays(dtype):
+    """Weak types, as in jax.numpy: Python scalars (and weakly typed arrays)
+    join an array argument's dtype instead of imposing float32."""
+    x = jnp.linspace(-2, 2, 6, dtype=dtype)
+    loss = aclnn.smooth_l1_loss(x, 0.0)
+    assert loss.dtype == x.dtype
+    np.testing.assert_allclose(float(loss), float(aclnn.smooth_l1_loss(x, jnp.zeros_like(x))))
+    assert jax.grad(lambda x: aclnn.smooth_l1_loss(x, 1).astype(jnp.float32))(x).dtype == x.dtype
+    assert aclnn.hardshrink_backward(1.0, x).dtype == x.dtype
+    assert jax.jit(lambda t: aclnn.smooth_l1_loss_backward(t * 2, x, t))(0.5).dtype == x.dtype
+    assert aclnn.swish_backward(1.0, 2.0).dtype == jnp.float32  # only Python scalars: float32
+    with pytest.raises(TypeError, match="share one dtype"):  # arrays still must agree
+        aclnn.smooth_l1_loss(x, jnp.zeros(6, jnp.float32 if dtype != "float32" else jnp.float16))
+
+
+def test_python_scalars_with_half_arrays_under_x64():
+    x = jnp.linspace(-2, 2, 6, dtype=jnp.bfloat16)
+    with jax.enable_x64(True):
+        assert jnp.asarray(0.0).dtype == jnp.float64  # x64 is on
+        assert aclnn.smooth_l1_loss(x, 0.0).dtype == jnp.bfloat16
+        grad = jax.grad(lambda x: aclnn.smooth_l1_loss(x, 0.0).astype(jnp.float32))(x)
+        assert grad.dtype == jnp.bfloat16
+        assert aclnn.hardshrink_backward(1.0, x).dtype == jnp.bfloat16
+        with pytest.raises(TypeError, match="float64"):
+            aclnn.smooth_l1_loss(x, jnp.zeros(6))  # a float64 array is not weak

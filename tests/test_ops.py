@@ -4,6 +4,7 @@ kernels and float64 NumPy formulas, on the values the kernel sees."""
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
@@ -247,3 +248,28 @@ def test_empty_tensors():
 def test_scalar_inputs():
     out = aclnn.swish_backward(np.float32(2.0), np.float32(0.0))
     assert out.shape == () and float(out) == 1.0
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_batch_norm_reduce_with_float32_statistics_and_half_input(rng, dtype):
+    """batch_norm's backward: float32 mean/invstd/weight with a half-precision
+    grad_out/input; the sums come back in float32 (as ATen's
+    batch_norm_backward_reduce gives them, with mean's options)."""
+    from jax_aclnn.ops.batch_norm_reduce_backward import reduce_backward
+
+    shape = (6, 5, 7)
+    x = as_dtype(300 + rng.normal(size=shape), dtype)
+    g = as_dtype(rng.normal(size=shape), dtype)
+    mean = np.asarray(f64(x).mean((0, 2)), np.float32)  # not representable in dtype
+    invstd = rng.uniform(0.5, 2, size=5).astype(np.float32)
+    weight = rng.normal(size=5).astype(np.float32)
+    masks = {"input_g": True, "weight_g": True, "bias_g": True}
+    outs = jax.jit(lambda *a: reduce_backward(*a, **masks))(g, x, mean, invstd, weight)
+    expected = bn_reduce_numpy(f64(g), f64(x), mean.astype(np.float64), invstd.astype(np.float64))
+    # round-off scales with the terms summed: |g| and |g (x - mean)| (times invstd <= 2)
+    terms = (np.abs(f64(g)) * (1 + np.abs(f64(x) - mean.reshape(1, 5, 1)))).sum((0, 2)).max()
+    for o, e in zip(outs, expected):
+        assert o.dtype == jnp.float32
+        np.testing.assert_allclose(np.asarray(o), e, rtol=1e-5, atol=2e-6 * terms)
+    with pytest.raises(TypeError, match="share one dtype"):  # the public contract is unchanged
+        aclnn.batch_norm_reduce_backward(g, x, mean, invstd, weight)

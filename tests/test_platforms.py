@@ -107,3 +107,30 @@ def test_exported_program_runs_in_a_fresh_process(tmp_path):
                          text=True, timeout=120, cwd=tempfile.gettempdir())
     assert out.returncode == 0, out.stderr
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), np.asarray(fn(x)))
+
+
+def custom_call_types(text: str, target: str) -> list[str]:
+    """The operand and result types of each custom call to ``target`` in MLIR text."""
+    return [line.rsplit(" : ", 1)[1] for line in text.splitlines()
+            if f"stablehlo.custom_call @{target}(" in line]
+
+
+def test_bfloat16_batch_norm_reduce_runs_in_float32_on_the_npu():
+    """CANN's aclnnBatchNormReduceBackward takes float32/float16 only: a
+    bfloat16 program for the NPU casts around the call; the host provider
+    (CPU) takes bfloat16 itself."""
+    def f(x, w):
+        loss = lambda x, w: aclnn.batch_norm(x, w)[0].astype(jnp.float32).sum()  # noqa: E731
+        return jax.grad(loss, (0, 1))(x, w), aclnn.batch_norm_reduce_backward(x, x, w, w, w)
+
+    args = (jax.ShapeDtypeStruct((4, 3), jnp.bfloat16), jax.ShapeDtypeStruct((3,), jnp.bfloat16))
+    for platform, wanted in (("npu", "f32"), ("cpu", "bf16")):
+        exported = jax.export.export(jax.jit(f), platforms=[platform],
+                                     disabled_checks=aclnn.export_disabled_checks())(*args)
+        calls = custom_call_types(exported.mlir_module(), "aclnn_batch_norm_reduce_backward")
+        assert len(calls) == 2, calls
+        for types in calls:
+            operands = types.split(") -> ")[0]
+            assert operands.startswith(f"(tensor<4x3x1x{wanted}>, tensor<4x3x1x{wanted}>") or \
+                operands.startswith(f"(tensor<4x3x{wanted}>, tensor<4x3x{wanted}>"), types
+        assert [o.dtype for o in exported.out_avals] == [jnp.bfloat16] * 2 + [jnp.bfloat16] * 4

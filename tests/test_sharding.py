@@ -224,7 +224,9 @@ def test_batch_norm_in_shard_map_equals_global_batch_norm(rng, batch_mesh, check
     shards = 1 if synchronized else NUM_DEVICES
     (loss0, stats0), grads0 = jax.value_and_grad(oracle_loss, argnums=(0, 1, 2), has_aux=True)(
         x, w, b, t, channel_axis, shards)
-    np.testing.assert_allclose(float(loss), float(loss0), rtol=1e-5)
+    # A sum of terms sin(y) * t, |terms| <= |t|: round-off scales with sum |t|
+    # (the loss itself may be near 0).
+    np.testing.assert_allclose(float(loss), float(loss0), rtol=1e-5, atol=1e-6 * np.abs(t).sum())
     stats = [s[0] for s in stats]  # the first device's statistics
     for a, e in zip(list(stats) + list(grads), list(stats0) + list(grads0)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(e), rtol=1e-4, atol=1e-5)

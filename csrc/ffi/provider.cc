@@ -74,6 +74,14 @@ std::vector<std::string> DefaultCannRoots() {
 }
 
 std::string LoadCann(const std::optional<std::string>& root) {
+  // A given root must be absolute (never the working directory) and whole
+  // (a NUL byte would cut the path short).
+  if (root && root->find('\0') != std::string::npos)
+    throw std::invalid_argument("the CANN path contains a NUL byte");
+  if (root && (root->empty() || (*root)[0] != '/'))
+    throw std::invalid_argument(
+        "the CANN path must be absolute (CANN is never loaded from the working directory), "
+        "got '" + *root + "'");
   std::lock_guard<std::mutex> lock(load_mutex);
   if (const Provider* p = cann_loaded.load()) return p->origin.substr(5);
   std::vector<std::string> roots = root ? std::vector<std::string>{*root} : DefaultCannRoots();

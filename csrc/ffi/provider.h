@@ -34,7 +34,9 @@ std::optional<std::string> LoadHostProvider(const std::string& path);
 // Finds and loads CANN's aclnn libraries: from `root` if given, else
 // $ASCEND_HOME_PATH, else the standard install location. On success returns
 // the library directory used; on failure throws std::runtime_error naming
-// every location searched and the library missing there.
+// every location searched and the library missing there. A given root that
+// is relative, empty or holds a NUL byte throws std::invalid_argument before
+// anything is opened.
 std::string LoadCann(const std::optional<std::string>& root);
 
 // The provider serving the CPU platform (the host provider, or CANN when

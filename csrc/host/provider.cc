@@ -235,15 +235,19 @@ aclnnStatus Execute(const char* op, void* workspace, uint64_t workspace_size,
   return ACLNN_SUCCESS;
 }
 
+// A (C,) vector of the batch-norm reduction: in the input's dtype or, with a
+// half-precision input, in float32 (float32 statistics, as CANN and ATen take
+// them).
 aclnnStatus CheckChannelVector(const char* op, const char* name, const aclTensor* t,
                                int64_t channels, aclDataType dtype) {
   if (aclnnStatus st = CheckTensor(op, name, t)) return st;
   if (t->view.rank != 1 || t->view.dims[0] != channels)
     return Fail(ACLNN_ERR_PARAM_INVALID, "%s: %s has shape %s, expected [%lld]", op, name,
                 ShapeString(t->view).c_str(), static_cast<long long>(channels));
-  if (t->view.dtype != dtype)
-    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: %s has data type %s, expected %s", op, name,
-                DataTypeName(t->view.dtype), DataTypeName(dtype));
+  if (t->view.dtype != dtype && t->view.dtype != ACL_FLOAT)
+    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: %s has data type %s, expected %s or %s", op,
+                name, DataTypeName(t->view.dtype), DataTypeName(dtype),
+                DataTypeName(ACL_FLOAT));
   return ACLNN_SUCCESS;
 }
 

@@ -24,17 +24,24 @@ class BatchNormReduceBackward(AclnnPrimitive):
     """Operands: grad_out, input (N, C, ...), mean, invstd, weight (C,).
 
     ``weight`` is a zero-sized placeholder when ``has_weight`` is False;
-    outputs whose mask flag is off are zero-sized placeholders.
+    outputs whose mask flag is off are zero-sized placeholders. The (C,)
+    vectors share one dtype, the input's or float32 (float32 statistics with
+    a half-precision input, as ATen's ``batch_norm_backward_reduce`` takes
+    them); the outputs have the dtype of ``mean``. On the NPU platform a
+    bfloat16 ``grad_out``/``input`` is computed in float32 (CANN's operator
+    takes float32 and float16 only).
     """
 
     name = "batch_norm_reduce_backward"
     aclnn_name = "aclnnBatchNormReduceBackward"
+    operand_names = ("grad_out", "input", "mean", "invstd", "weight")
     multiple_results = True
+    npu_float32_dtypes = (jnp.dtype(jnp.bfloat16),)
 
     def abstract_eval(self, g, x, mean, invstd, weight, *, has_weight, input_g, weight_g, bias_g):
         channels = x.shape[1]
         return [
-            ShapedArray((channels if w else 0,), x.dtype)
+            ShapedArray((channels if w else 0,), mean.dtype)
             for w in _wanted(input_g, weight_g, bias_g)
         ]
 
@@ -47,7 +54,7 @@ class BatchNormReduceBackward(AclnnPrimitive):
         sum_dy_xmu = (gf * xmu).sum(axes)
         values = (sum_dy, sum_dy_xmu, sum_dy_xmu * invstd.astype(jnp.float32), sum_dy)
         return [
-            v.astype(x.dtype) if w else jnp.zeros((0,), x.dtype)
+            v.astype(mean.dtype) if w else jnp.zeros((0,), mean.dtype)
             for v, w in zip(values, _wanted(input_g, weight_g, bias_g))
         ]
 
@@ -127,7 +134,10 @@ def batch_norm_reduce_backward(
     other axis: ``sum_dy = sum(g)``, ``sum_dy_xmu = sum(g * (x - mean))``,
     ``grad_weight = sum_dy_xmu * invstd``, ``grad_bias = sum_dy``. These are
     sums, not means, as in ATen's ``batch_norm_backward_reduce``. Half-precision
-    inputs are accumulated in float32.
+    inputs are accumulated in float32. On the NPU platform bfloat16 tensors
+    are cast to float32 before the call and the results back (CANN's
+    operator takes float32 and float16); the bundled host provider (the CPU)
+    takes bfloat16 directly.
 
     Args:
       grad_out: gradient of the batch-norm output, shape ``(N, C, ...)``.
@@ -145,10 +155,13 @@ def batch_norm_reduce_backward(
       in the input dtype, or None where its mask flag is False.
 
     Raises:
-      TypeError: a tensor is not float32/float16/bfloat16, or dtypes differ.
+      TypeError: a tensor is not float32/float16/bfloat16, dtypes differ, or
+        a mask flag is not a bool.
       ValueError: shapes break the rule above.
     """
     op = _op.name
+    masks = {name: _checks.flag(op, name, value)
+             for name, value in (("input_g", input_g), ("weight_g", weight_g), ("bias_g", bias_g))}
     tensors = {"grad_out": grad_out, "input": input, "mean": mean, "invstd": invstd}
     if weight is not None:
         tensors["weight"] = weight
@@ -166,8 +179,20 @@ def batch_norm_reduce_backward(
                 f"{op}: {name} must have shape ({channels},) for input of shape "
                 f"{x.shape}; got {a.shape}"
             )
-    w = arrays[4] if weight is not None else jnp.zeros((0,), x.dtype)
-    masks = {"input_g": bool(input_g), "weight_g": bool(weight_g), "bias_g": bool(bias_g)}
-    outs = _op.bind(g, x, m, s, w, has_weight=weight is not None, **masks)
-    wanted = _wanted(**masks)
-    return tuple(o if keep else None for o, keep in zip(outs, wanted))  # type: ignore[return-value]
+    return reduce_backward(g, x, m, s, arrays[4] if weight is not None else None, **masks)
+
+
+def reduce_backward(g: jax.Array, x: jax.Array, mean: jax.Array, invstd: jax.Array,
+                    weight: jax.Array | None, *, input_g: bool, weight_g: bool,
+                    bias_g: bool) -> tuple[jax.Array | None, ...]:
+    """The operator on checked arrays, with None for the outputs not wanted.
+
+    Unlike the public function, the (C,) vectors may be float32 for a
+    half-precision ``g``/``x`` (the outputs are then float32):
+    :func:`jax_aclnn.nn.batch_norm` keeps its statistics in float32.
+    """
+    w = weight if weight is not None else jnp.zeros((0,), mean.dtype)
+    outs = _op.bind(g, x, mean, invstd, w, has_weight=weight is not None,
+                    input_g=input_g, weight_g=weight_g, bias_g=bias_g)
+    wanted = _wanted(input_g, weight_g, bias_g)
+    return tuple(o if keep else None for o, keep in zip(outs, wanted))

@@ -13,25 +13,34 @@ from jax_aclnn import _checks
 from jax_aclnn._primitive import AclnnPrimitive, batch_broadcasting
 
 
+def shrunk(x: Any, lambd: float) -> jax.Array:
+    """Where hard shrinkage zeroes ``x``: ``|x| <= lambd``, compared in
+    float32 with ``lambd`` rounded to float32 and a negative (or NaN) ``lambd``
+    taken as 0, as the aclnn kernel compares. A NaN ``x`` is never zeroed.
+    The forward ``hardshrink`` uses the same test, so that forward and
+    backward agree on every element, also in float16 and bfloat16."""
+    threshold = np.float32(lambd) if lambd > 0 else np.float32(0)
+    return jnp.abs(x.astype(jnp.float32)) <= threshold
+
+
 class HardshrinkBackward(AclnnPrimitive):
     name = "hardshrink_backward"
     aclnn_name = "aclnnHardshrinkBackward"
+    operand_names = ("grad_output", "input")
 
     def abstract_eval(self, g, x, *, lambd):
         return ShapedArray(np.broadcast_shapes(g.shape, x.shape), x.dtype)
 
     def reference(self, g, x, *, lambd):
         shape = np.broadcast_shapes(g.shape, x.shape)
-        keep = jnp.abs(x.astype(jnp.float32)) <= np.float32(max(lambd, 0.0))
-        out = jnp.where(keep, jnp.zeros((), x.dtype), g.astype(x.dtype))
+        out = jnp.where(shrunk(x, lambd), jnp.zeros((), x.dtype), g.astype(x.dtype))
         return jnp.broadcast_to(out, shape)
 
     def ffi_attributes(self, *, lambd):
         return {"lambd": np.float32(lambd)}
 
     def batch(self, args, dims, *, lambd):
-        g, x = batch_broadcasting(args, dims)
-        return self.bind(g, x, lambd=lambd), 0
+        return self.bind_batched(batch_broadcasting(args, dims), lambd=lambd), 0
 
 
 _op = HardshrinkBackward()
@@ -41,8 +50,8 @@ def hardshrink_backward(grad_output: Any, input: Any, *, lambd: float = 0.5) -> 
     """Gradient of ``hardshrink`` with respect to its input (aclnnHardshrinkBackward).
 
     0 where ``|input| <= lambd``, else ``grad_output`` (so a NaN input passes
-    the gradient through). A negative ``lambd`` counts as 0. Same formula as
-    ATen's ``hardshrink_backward``.
+    the gradient through), compared in float32. A negative (or NaN) ``lambd``
+    counts as 0. Same formula as ATen's ``hardshrink_backward``.
 
     Args:
       grad_output: the gradient of the forward output.
@@ -53,7 +62,9 @@ def hardshrink_backward(grad_output: Any, input: Any, *, lambd: float = 0.5) -> 
       ``grad_input`` of the broadcast shape, in the inputs' dtype.
 
     Raises:
-      TypeError: a tensor is not float32/float16/bfloat16, or dtypes differ.
+      TypeError: a tensor is not float32/float16/bfloat16, dtypes differ
+        (Python scalars take the arrays' dtype), or ``lambd`` is not a static
+        real number (a string such as ``'1.5'`` is not).
       ValueError: shapes do not broadcast, or rank above 8.
     """
     op = _op.name

@@ -17,6 +17,7 @@ from jax_aclnn._primitive import AclnnPrimitive, batch_same_shape
 class LogitGrad(AclnnPrimitive):
     name = "logit_grad"
     aclnn_name = "aclnnLogitGrad"
+    operand_names = ("x", "dy")
 
     def abstract_eval(self, x, dy, *, eps):
         return ShapedArray(x.shape, x.dtype)
@@ -37,8 +38,7 @@ class LogitGrad(AclnnPrimitive):
         return {"eps": np.float64(eps)}
 
     def batch(self, args, dims, *, eps):
-        x, dy = batch_same_shape(args, dims)
-        return self.bind(x, dy, eps=eps), 0
+        return self.bind_batched(batch_same_shape(args, dims), eps=eps), 0
 
 
 _op = LogitGrad()
@@ -62,7 +62,9 @@ def logit_grad(x: Any, dy: Any, *, eps: float = -1.0) -> jax.Array:
       ``dx``, shape and dtype of ``x`` (float32, float16 or bfloat16).
 
     Raises:
-      TypeError: a tensor is not float32/float16/bfloat16, or dtypes differ.
+      TypeError: a tensor is not float32/float16/bfloat16, dtypes differ
+        (Python scalars take the arrays' dtype), or ``eps`` is not a static
+        real number (a string such as ``'1.5'`` is not).
       ValueError: ``x`` and ``dy`` differ in shape, or rank above 8.
     """
     op = _op.name

@@ -33,6 +33,7 @@ def reduction_code(op: str, reduction: str | int) -> int:
 class SmoothL1LossBackward(AclnnPrimitive):
     name = "smooth_l1_loss_backward"
     aclnn_name = "aclnnSmoothL1LossBackward"
+    operand_names = ("grad_out", "input", "target")
 
     def abstract_eval(self, g, x, y, *, reduction, beta):
         return ShapedArray(np.broadcast_shapes(g.shape, x.shape, y.shape), x.dtype)
@@ -57,7 +58,7 @@ class SmoothL1LossBackward(AclnnPrimitive):
                 args[1].shape[dims[1]] if dims[1] is not not_mapped else 1
             )
             g = rescale_mean(g, x.size, per_example)
-        return self.bind(g, x, y, reduction=reduction, beta=beta), 0
+        return self.bind_batched((g, x, y), reduction=reduction, beta=beta), 0
 
     def local_call(self, args, global_avals, *, reduction, beta):
         g, x, y = args
@@ -109,7 +110,9 @@ def smooth_l1_loss_backward(
       dtype (float32, float16 or bfloat16; half types are computed in float32).
 
     Raises:
-      TypeError: a tensor is not float32/float16/bfloat16, or dtypes differ.
+      TypeError: a tensor is not float32/float16/bfloat16, dtypes differ
+        (Python scalars take the arrays' dtype), or ``beta`` is not a static
+        real number (a string such as ``'1.5'`` is not).
       ValueError: shapes do not broadcast, rank above 8, ``beta < 0``, or an
         unknown ``reduction``.
     """

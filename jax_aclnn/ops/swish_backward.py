@@ -16,6 +16,7 @@ from jax_aclnn._primitive import AclnnPrimitive, batch_same_shape
 class SwishBackward(AclnnPrimitive):
     name = "swish_backward"
     aclnn_name = "aclnnSwishBackward"
+    operand_names = ("grad_output", "input")
 
     def abstract_eval(self, g, x, *, beta):
         return ShapedArray(x.shape, x.dtype)
@@ -30,8 +31,7 @@ class SwishBackward(AclnnPrimitive):
         return {"has_beta": np.bool_(beta is not None), "beta": np.float32(beta or 0.0)}
 
     def batch(self, args, dims, *, beta):
-        g, x = batch_same_shape(args, dims)
-        return self.bind(g, x, beta=beta), 0
+        return self.bind_batched(batch_same_shape(args, dims), beta=beta), 0
 
 
 _op = SwishBackward()
@@ -54,7 +54,9 @@ def swish_backward(grad_output: Any, input: Any, *, beta: float | None = 1.0) ->
       ``grad_input``, shape and dtype of ``input``.
 
     Raises:
-      TypeError: a tensor is not float32/float16/bfloat16, or dtypes differ.
+      TypeError: a tensor is not float32/float16/bfloat16, dtypes differ
+        (Python scalars take the arrays' dtype), or ``beta`` is not a static
+        real number (a string such as ``'1.5'`` is not).
       ValueError: shapes differ, or rank above 8.
     """
     op = _op.name
