@@ -30,6 +30,7 @@ class BatchNormReduceBackward(AclnnPrimitive):
     name = "batch_norm_reduce_backward"
     aclnn_name = "aclnnBatchNormReduceBackward"
     multiple_results = True
+    self_adjoint = False  # sums: the transpose broadcasts
 
     def abstract_eval(self, g, x, mean, invstd, weight, *, has_weight, input_g, weight_g, bias_g):
         channels = x.shape[1]
@@ -50,6 +51,25 @@ class BatchNormReduceBackward(AclnnPrimitive):
             v.astype(x.dtype) if w else jnp.zeros((0,), x.dtype)
             for v, w in zip(values, _wanted(input_g, weight_g, bias_g))
         ]
+
+    def transpose_reference(self, cts, others, shape, dtype, *, has_weight, input_g, weight_g,
+                            bias_g):
+        # Each result is a per-channel sum of grad_out times a factor (1,
+        # x - mean or (x - mean) * invstd): its transpose broadcasts the
+        # cotangent times that factor.
+        x, mean, invstd, _ = others
+        bshape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+        ch = lambda v: v.astype(jnp.float32).reshape(bshape)  # noqa: E731
+        xmu = x.astype(jnp.float32) - ch(mean)
+        ct_sum_dy, ct_sum_dy_xmu, ct_weight, ct_bias = cts
+        out = jnp.zeros(shape, jnp.float32)
+        if input_g:
+            out = out + ch(ct_sum_dy) + xmu * ch(ct_sum_dy_xmu)
+        if weight_g:
+            out = out + xmu * ch(ct_weight.astype(jnp.float32) * invstd.astype(jnp.float32))
+        if bias_g:
+            out = out + ch(ct_bias)
+        return out.astype(dtype)
 
     def ffi_attributes(self, *, has_weight, input_g, weight_g, bias_g):
         return {

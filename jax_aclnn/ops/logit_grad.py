@@ -17,6 +17,7 @@ from jax_aclnn._primitive import AclnnPrimitive, batch_same_shape
 class LogitGrad(AclnnPrimitive):
     name = "logit_grad"
     aclnn_name = "aclnnLogitGrad"
+    linear_operand = 1  # dy
 
     def abstract_eval(self, x, dy, *, eps):
         return ShapedArray(x.shape, x.dtype)
