@@ -166,7 +166,7 @@ def close(actual, expected, **tol):
 @pytest.mark.parametrize("name", NAMES)
 def test_check_grads_second_order(name):
     f, _, args = CASES[name]
-    check_grads(f, args, order=2, modes=("fwd", "rev"), **FD)
+    check_grads(jax.jit(f), args, order=2, modes=("fwd", "rev"), **FD)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -183,7 +183,7 @@ def test_jvp_and_linearize(name):
 def test_jacfwd_jacrev(name):
     f, ref, args = CASES[name]
     argnums = tuple(range(len(args)))
-    expected = jax.jacrev(ref, argnums)(*args)
+    expected = jax.jit(jax.jacrev(ref, argnums))(*args)
     close(jax.jit(jax.jacfwd(f, argnums))(*args), expected)
     close(jax.jit(jax.jacrev(f, argnums))(*args), expected)
 
@@ -193,12 +193,12 @@ def test_hessian_and_grad_of_grad(name):
     f, ref, args = CASES[name]
     argnums = tuple(range(len(args)))
     s, s_ref = scalar(f, args), scalar(ref, args)
-    close(jax.jit(jax.hessian(s, argnums))(*args), jax.hessian(s_ref, argnums)(*args),
+    close(jax.jit(jax.hessian(s, argnums))(*args), jax.jit(jax.hessian(s_ref, argnums))(*args),
           rtol=1e-3, atol=1e-4)
     v = tangents(args, SEED + 3)
     rev_rev = lambda s: jax.grad(  # noqa: E731
         lambda *a: sum(jnp.vdot(g, w) for g, w in zip(jax.grad(s, argnums)(*a), v)), argnums)
-    close(jax.jit(rev_rev(s))(*args), rev_rev(s_ref)(*args), rtol=1e-3, atol=1e-4)
+    close(jax.jit(rev_rev(s))(*args), jax.jit(rev_rev(s_ref))(*args), rtol=1e-3, atol=1e-4)
 
 
 @pytest.mark.parametrize("name", NAMES)
