@@ -13,8 +13,14 @@ of :mod:`jax_aclnn.ops` (or that operator's transpose, see
   ``"mean"``/``"sum"``: the operator then a sum; batch norm: the reduce
   operator on the tangent, then element-wise XLA code);
 * higher orders (``hessian``, ``grad`` of ``grad``) differentiate those
-  operators through their own JVP rules, and every one of these composes
-  with ``jit`` and ``vmap`` (one custom call per operator use).
+  operators through their own JVP rules (second derivatives of the
+  operators are XLA code), and every one of these composes with ``jit``,
+  ``vmap`` (one custom call per operator use) and the sharding rules.
+
+So each operator supports ``jit``, ``grad``, ``vjp``, ``jvp``,
+``linearize``, ``jacfwd``, ``jacrev``, ``hessian``, ``vmap`` and derivatives
+of any order; each docstring says which aclnn operator runs in each
+direction.
 
 Forward values follow ``torch.nn.functional`` of the same name;
 half-precision inputs are computed in float32 and returned in their own
@@ -44,10 +50,6 @@ from jax_aclnn.ops import (
 from jax_aclnn.ops import primitive
 from jax_aclnn.ops.smooth_l1_loss_backward import REDUCTIONS, reduction_code
 
-#: Supported by every operator of this module (API.md section 2).
-TRANSFORMATIONS = ("jit", "grad", "vjp", "jvp", "linearize", "jacfwd", "jacrev", "hessian",
-                   "vmap", "derivatives of any order")
-
 
 # --- smooth L1 ------------------------------------------------------------
 
@@ -59,7 +61,7 @@ def smooth_l1_loss(
     reduction: str | int = "mean",
     beta: float = 1.0,
 ) -> jax.Array:
-    """Smooth L1 (Huber / beta) loss; the backward runs aclnnSmoothL1LossBackward.
+    """Smooth L1 (Huber / beta) loss, through aclnnSmoothL1LossBackward.
 
     With ``d = input - target``: ``0.5 * d**2 / beta`` where ``|d| < beta``,
     else ``|d| - 0.5 * beta`` (``beta = 0``: ``|d|``), then reduced
@@ -78,6 +80,11 @@ def smooth_l1_loss(
     Raises:
       TypeError: unsupported or differing dtypes.
       ValueError: shapes do not broadcast, ``beta < 0``, unknown reduction.
+
+    Transformations: all (module docstring). Reverse mode:
+    aclnnSmoothL1LossBackward on the cotangent (a scalar for
+    ``"mean"``/``"sum"``); forward mode: the same operator on ``t_input -
+    t_target``, summed for ``"mean"``/``"sum"``.
     """
     op = "smooth_l1_loss"
     x, y = _checks.float_arrays(op, input=input, target=target)
@@ -124,8 +131,9 @@ def _smooth_l1_loss_jvp(reduction, beta, primals, tangents):
 def logit(x: Any, eps: float | None = None) -> jax.Array:
     """``log(z / (1 - z))`` with ``z = x``, or ``clip(x, eps, 1 - eps)`` when ``eps`` is given.
 
-    ``torch.logit``; the backward runs aclnnLogitGrad (gradient 0 outside
-    ``[eps, 1 - eps]`` when ``eps`` is given).
+    ``torch.logit``; the derivative is aclnnLogitGrad (0 outside ``[eps, 1 -
+    eps]`` when ``eps`` is given), on the cotangent in reverse mode and on
+    the tangent in forward mode. Transformations: all (module docstring).
 
     Raises:
       TypeError: unsupported dtype.
@@ -155,7 +163,9 @@ def _logit_jvp(eps, primals, tangents):
 def hardshrink(x: Any, lambd: float = 0.5) -> jax.Array:
     """``x`` where ``|x| > lambd``, else 0 (``torch.nn.functional.hardshrink``).
 
-    The backward runs aclnnHardshrinkBackward.
+    The derivative is aclnnHardshrinkBackward, on the cotangent in reverse
+    mode and on the tangent in forward mode. Transformations: all (module
+    docstring).
 
     Raises:
       TypeError: unsupported dtype.
@@ -179,7 +189,11 @@ def _hardshrink_jvp(lambd, primals, tangents):
 
 
 def swish(x: Any, beta: float = 1.0) -> jax.Array:
-    """``x * sigmoid(beta * x)``; the backward runs aclnnSwishBackward.
+    """``x * sigmoid(beta * x)``.
+
+    The derivative is aclnnSwishBackward, on the cotangent in reverse mode
+    and on the tangent in forward mode. Transformations: all (module
+    docstring).
 
     Raises:
       TypeError: unsupported dtype.
@@ -189,7 +203,8 @@ def swish(x: Any, beta: float = 1.0) -> jax.Array:
 
 
 def silu(x: Any) -> jax.Array:
-    """``x * sigmoid(x)`` (``torch.nn.functional.silu``): ``swish(x, 1.0)``."""
+    """``x * sigmoid(x)`` (``torch.nn.functional.silu``): ``swish(x, 1.0)``, with its
+    transformations (aclnnSwishBackward in both directions)."""
     return swish(x, 1.0)
 
 
@@ -217,7 +232,7 @@ def batch_norm(
     eps: float = 1e-5,
     axis_name: Any | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Training-mode batch normalization; the backward runs aclnnBatchNormReduceBackward.
+    """Training-mode batch normalization, through aclnnBatchNormReduceBackward.
 
     Statistics run over every axis except ``channel_axis`` (biased variance):
     ``y = (x - mean) / sqrt(var + eps) * weight + bias``. Any channel axis
@@ -247,6 +262,12 @@ def batch_norm(
       TypeError: unsupported or differing dtypes.
       ValueError: ``x`` of rank < 2, a bad ``channel_axis``, or weight/bias
         not of shape ``(C,)``.
+
+    Transformations: all (module docstring), in ``x``, ``weight`` and
+    ``bias``. Reverse mode: one aclnnBatchNormReduceBackward of the
+    cotangent (every result the parameters need), then XLA element-wise
+    code; forward mode: aclnnBatchNormReduceBackward of the tangent of
+    ``x`` (its per-channel sums), then XLA element-wise code.
     """
     op = "batch_norm"
     tensors = {"x": x}

@@ -164,6 +164,13 @@ def batch_norm_reduce_backward(
       ``(sum_dy, sum_dy_xmu, grad_weight, grad_bias)``, each of shape ``(C,)``
       in the input dtype, or None where its mask flag is False.
 
+    Transformations: all of :mod:`jax_aclnn.nn`'s. Linear in ``grad_out``:
+    the JVP in it (forward mode) runs aclnnBatchNormReduceBackward again;
+    the transpose there (reverse mode) broadcasts and scales the cotangents
+    in XLA code (``batch_norm``'s forward mode uses it, and reverse mode
+    turns it back into this operator); the derivatives in the other
+    operands are XLA code.
+
     Raises:
       TypeError: a tensor is not float32/float16/bfloat16, or dtypes differ.
       ValueError: shapes break the rule above.

@@ -108,6 +108,12 @@ def smooth_l1_loss_backward(
       ``grad_input`` of the broadcast shape of the three tensors, in their
       dtype (float32, float16 or bfloat16; half types are computed in float32).
 
+    Transformations: all of :mod:`jax_aclnn.nn`'s. Linear in ``grad_out``:
+    the transpose there (reverse mode) and the JVP in it (forward mode) run
+    aclnnSmoothL1LossBackward again (summed to ``grad_out``'s
+    shape: for a scalar ``grad_out``, the sum of the operator on the cotangent); the derivatives in the other
+    operands are XLA code.
+
     Raises:
       TypeError: a tensor is not float32/float16/bfloat16, or dtypes differ.
       ValueError: shapes do not broadcast, rank above 8, ``beta < 0``, or an
