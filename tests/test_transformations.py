@@ -300,3 +300,21 @@ def test_synchronized_batch_norm_forward_and_second_order(check_vma):
     hvp = lambda f: lambda *p: jax.jvp(jax.grad(f, argnums=(0, 1, 2)), p, dirs)[1]  # noqa: E731
     close(jax.jit(hvp(lambda *q: loss(*q, args[3])))(*primals),
           hvp(lambda *q: oracle(*q, t))(x, w, b), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.skipif(jax.device_count() < NUM_DEVICES, reason="needs 8 host devices")
+def test_forward_mode_and_hessian_vector_product_under_sharded_jit():
+    # the operators and their transposes on sharded operands go through the
+    # custom_partitioning rules
+    mesh = jax.make_mesh((NUM_DEVICES,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+    args = five_op_args()
+    x, w, b, t = args
+    shard = lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec))  # noqa: E731
+    sharded = (shard(x, P("data")), shard(w, P()), shard(b, P()), shard(t, P("data")))
+    dirs = jax.tree.map(jnp.asarray, tangents(args[:3]))
+    jvp = lambda *a: jax.jvp(lambda *p: five_op_loss(*p, a[3]), a[:3], dirs)  # noqa: E731
+    hvp = lambda *a: jax.jvp(jax.grad(lambda *p: five_op_loss(*p, a[3]), argnums=(0, 1, 2)),  # noqa: E731
+                             a[:3], dirs)[1]
+    for fn in (jvp, hvp):
+        close(jax.jit(fn)(*sharded), jax.jit(fn)(*args), rtol=1e-4, atol=1e-5)
+    assert aclnn_calls(jvp, *sharded) == ALL_FIVE
