@@ -54,9 +54,8 @@ def hardshrink_backward(grad_output: Any, input: Any, *, lambd: float = 0.5) -> 
 
     Transformations: all of :mod:`jax_aclnn.nn`'s. Linear in ``grad_output``:
     the transpose there (reverse mode) and the JVP in it (forward mode) run
-    aclnnHardshrinkBackward again (summed over the axes
-    ``grad_output`` broadcasts along); the derivatives in the other
-    operands are XLA code.
+    aclnnHardshrinkBackward again (summed over the axes ``grad_output``
+    broadcasts along); the derivatives in the other operands are XLA code.
 
     Raises:
       TypeError: a tensor is not float32/float16/bfloat16, or dtypes differ.

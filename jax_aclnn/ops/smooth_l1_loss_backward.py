@@ -110,9 +110,9 @@ def smooth_l1_loss_backward(
 
     Transformations: all of :mod:`jax_aclnn.nn`'s. Linear in ``grad_out``:
     the transpose there (reverse mode) and the JVP in it (forward mode) run
-    aclnnSmoothL1LossBackward again (summed to ``grad_out``'s
-    shape: for a scalar ``grad_out``, the sum of the operator on the cotangent); the derivatives in the other
-    operands are XLA code.
+    aclnnSmoothL1LossBackward again (summed to ``grad_out``'s shape: for a
+    scalar ``grad_out``, the sum of the operator on the cotangent); the
+    derivatives in the other operands are XLA code.
 
     Raises:
       TypeError: a tensor is not float32/float16/bfloat16, or dtypes differ.
