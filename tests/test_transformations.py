@@ -313,8 +313,10 @@ def test_forward_mode_and_hessian_vector_product_under_sharded_jit():
     sharded = (shard(x, P("data")), shard(w, P()), shard(b, P()), shard(t, P("data")))
     dirs = jax.tree.map(jnp.asarray, tangents(args[:3]))
     jvp = lambda *a: jax.jvp(lambda *p: five_op_loss(*p, a[3]), a[:3], dirs)  # noqa: E731
-    hvp = lambda *a: jax.jvp(jax.grad(lambda *p: five_op_loss(*p, a[3]), argnums=(0, 1, 2)),  # noqa: E731
-                             a[:3], dirs)[1]
+
+    def hvp(*a):
+        return jax.jvp(jax.grad(lambda *p: five_op_loss(*p, a[3]), argnums=(0, 1, 2)), a[:3], dirs)[1]
+
     for fn in (jvp, hvp):
         close(jax.jit(fn)(*sharded), jax.jit(fn)(*args), rtol=1e-4, atol=1e-5)
     assert aclnn_calls(jvp, *sharded) == ALL_FIVE
