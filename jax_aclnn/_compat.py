@@ -13,7 +13,7 @@ import jax
 from jax._src import core as _core
 from jax._src import dispatch as _dispatch
 from jax._src import sharding_impls as _sharding_impls
-from jax._src.interpreters import batching, mlir
+from jax._src.interpreters import ad, batching, mlir
 
 try:  # jax >= 0.4.36
     from jax.extend.core import Primitive
@@ -27,6 +27,15 @@ primitive_batchers = batching.primitive_batchers
 register_lowering = mlir.register_lowering
 lower_fun = mlir.lower_fun
 lower_per_platform = mlir.lower_per_platform
+
+# Autodiff rules of primitives (jax 0.10.2: jax._src.interpreters.ad).
+primitive_jvps = ad.primitive_jvps
+primitive_transposes = ad.primitive_transposes
+#: A symbolic zero tangent or cotangent.
+Zero = ad.Zero
+instantiate_zeros = ad.instantiate_zeros
+#: Whether a transpose rule's operand is the linear input being transposed.
+is_undefined_primal = ad.is_undefined_primal
 
 
 def _aval_varying_axes(aval: Any) -> frozenset:
@@ -88,12 +97,17 @@ def spmd_partitioned(ctx: mlir.LoweringRuleContext) -> bool:
 
 __all__ = [
     "Primitive",
+    "Zero",
     "apply_primitive",
+    "instantiate_zeros",
+    "is_undefined_primal",
     "lower_fun",
     "lower_per_platform",
     "match_varying_axes",
     "not_mapped",
     "primitive_batchers",
+    "primitive_jvps",
+    "primitive_transposes",
     "register_cpu_ffi_type",
     "register_lowering",
     "require_devices_during_lowering",

@@ -1,7 +1,8 @@
 """The machinery every operator shares: one class per aclnn operator holds
 all JAX needs to know about it (abstract evaluation, the pure-JAX reference,
-the custom-call lowering, the batching rule, the sharding factors); this
-base class registers them.
+the custom-call lowering, the batching rule, the sharding factors, the
+transpose in its incoming gradient); this base class registers them, and
+:mod:`jax_aclnn._autodiff` derives its JVP and transpose rules.
 
 Lowering: on the platforms with a jax_aclnn FFI handler (``"cpu"`` and the
 NPU platform) the primitive becomes one XLA typed-FFI custom call; on every
@@ -25,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.core import ShapedArray
 
-from jax_aclnn import _checks, _compat, _ffi, _sharding
+from jax_aclnn import _autodiff, _checks, _compat, _ffi, _sharding
 
 REFERENCE_ENV = "JAX_ACLNN_REFERENCE"
 
@@ -47,7 +48,8 @@ class AclnnPrimitive:
     ``aclnn_name`` (the aclnn operator), ``operand_names`` (the public
     argument names of the operands, for error messages) and implement
     ``abstract_eval``, ``reference``, ``ffi_attributes`` and ``batch``;
-    ``factors`` and ``local_call`` when the element-wise defaults do not fit.
+    ``factors``, ``local_call``, ``linear_operand``, ``self_adjoint`` and
+    ``transpose_reference`` when the element-wise defaults do not fit.
     """
 
     name: ClassVar[str]
@@ -57,6 +59,11 @@ class AclnnPrimitive:
     #: Operand dtypes CANN's operator refuses: on the NPU platform such
     #: operands are cast to float32 before the call, results cast back.
     npu_float32_dtypes: ClassVar[tuple[Any, ...]] = ()
+    #: The incoming-gradient operand, in which the operator is linear.
+    linear_operand: ClassVar[int] = 0
+    #: Element-wise in the incoming gradient: with the result's shape, the
+    #: operator is its own transpose.
+    self_adjoint: ClassVar[bool] = True
 
     def __init__(self) -> None:
         self.target = "aclnn_" + self.name
@@ -68,6 +75,7 @@ class AclnnPrimitive:
         _compat.primitive_batchers[p] = self.batch
         _compat.require_devices_during_lowering(p)
         self.primitive = p
+        self.transposed = _autodiff.register(self)
 
     # --- to implement -----------------------------------------------------
     def abstract_eval(self, *avals: ShapedArray, **params: Any) -> Any:
@@ -107,7 +115,29 @@ class AclnnPrimitive:
         global avals are ``global_avals``. Default: the call as it is."""
         return self.ffi_call(*args, **params)
 
+    def transpose_reference(self, cts: Sequence[Any], others: Sequence[Any],
+                            shape: tuple[int, ...], dtype: Any, **params: Any) -> Any:
+        """The transpose in the incoming gradient: the cotangent of that operand
+        (of ``shape`` and ``dtype``) from the results' cotangents ``cts``, the
+        other operands being ``others``. Default, for a self-adjoint
+        element-wise operator: the operator on the cotangent, summed over the
+        axes the incoming gradient was broadcast along."""
+        out = self.bind(*self.with_linear(cts[0], others), **params)
+        return _autodiff.sum_to_shape(out, shape).astype(dtype)
+
     # --- shared -------------------------------------------------------------
+    def with_linear(self, g: Any, others: Sequence[Any]) -> list[Any]:
+        """The operands in order, from the incoming gradient and the others."""
+        others = list(others)
+        return others[: self.linear_operand] + [g] + others[self.linear_operand :]
+
+    def transpose(self, cts: Sequence[Any], others: Sequence[Any], linear_aval: Any,
+                  **params: Any) -> Any:
+        """The operator transposed in its incoming gradient (of type
+        ``linear_aval``), applied to its results' cotangents ``cts``: a linear
+        map whose own transpose is the operator (see :mod:`jax_aclnn._autodiff`)."""
+        return self.transposed.bind(cts, others, linear_aval, **params)
+
     def bind(self, *args: Any, **params: Any) -> Any:
         if reference_forced(self.name):
             return self.reference(*args, **params)

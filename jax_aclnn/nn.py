@@ -1,10 +1,30 @@
 """Differentiable forward operators whose backward runs an aclnn operator.
 
-Each is a ``jax.custom_vjp`` function: the forward is plain ``jax.numpy``
-(XLA fuses it), the backward runs the matching aclnn operator of
-:mod:`jax_aclnn.ops` as one XLA FFI custom call. Forward values follow
-``torch.nn.functional`` of the same name; half-precision inputs are computed
-in float32 and returned in their own dtype.
+Each is a ``jax.custom_jvp`` function: the forward is plain ``jax.numpy``
+(XLA fuses it); its tangent map is written with the matching aclnn operator
+of :mod:`jax_aclnn.ops` (or that operator's transpose, see
+:mod:`jax_aclnn._autodiff`) so that
+
+* reverse mode (``grad``, ``vjp``, ``jacrev``) runs the aclnn backward
+  operator as one XLA FFI custom call per use, exactly as a hand-written VJP;
+* forward mode (``jvp``, ``linearize``, ``jacfwd``) runs the same aclnn
+  operator on the tangent (swish, silu, hardshrink, logit, smooth L1 with
+  ``reduction="none"``: the tangent map is the operator; smooth L1
+  ``"mean"``/``"sum"``: the operator then a sum; batch norm: the reduce
+  operator on the tangent, then element-wise XLA code);
+* higher orders (``hessian``, ``grad`` of ``grad``) differentiate those
+  operators through their own JVP rules (second derivatives of the
+  operators are XLA code), and every one of these composes with ``jit``,
+  ``vmap`` (one custom call per operator use) and the sharding rules.
+
+So each operator supports ``jit``, ``grad``, ``vjp``, ``jvp``,
+``linearize``, ``jacfwd``, ``jacrev``, ``hessian``, ``vmap`` and derivatives
+of any order; each docstring says which aclnn operator runs in each
+direction.
+
+Forward values follow ``torch.nn.functional`` of the same name;
+half-precision inputs are computed in float32 and returned in their own
+dtype.
 """
 
 from __future__ import annotations
@@ -17,31 +37,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_aclnn import _checks, _compat
+from jax.core import ShapedArray
+
+from jax_aclnn import _checks
 from jax_aclnn.ops import (
     hardshrink_backward,
     logit_grad,
     smooth_l1_loss_backward,
     swish_backward,
 )
+from jax_aclnn.ops import primitive
 from jax_aclnn.ops.batch_norm_reduce_backward import reduce_backward
 from jax_aclnn.ops.hardshrink_backward import shrunk
 from jax_aclnn.ops.smooth_l1_loss_backward import REDUCTIONS, reduction_code
-
-
-def _cotangent_like(ct: jax.Array, primal: jax.Array) -> jax.Array:
-    """``ct`` given the type of ``primal``: broadcast axes summed back to its
-    shape, and, under ``shard_map``, summed over the mesh axes ``ct`` varies
-    over and ``primal`` does not (a value shared by the devices collects
-    every device's part, as JAX's own transposes do)."""
-    lead = ct.ndim - primal.ndim
-    axes = tuple(range(lead)) + tuple(
-        lead + i for i, n in enumerate(primal.shape) if n == 1 and ct.shape[lead + i] != 1
-    )
-    if axes:
-        ct = ct.sum(axes).reshape(primal.shape)
-    shared = _compat.varying_axes(ct) - _compat.varying_axes(primal)
-    return jax.lax.psum(ct, tuple(sorted(shared))) if shared else ct
 
 
 # --- smooth L1 ------------------------------------------------------------
@@ -54,7 +62,7 @@ def smooth_l1_loss(
     reduction: str | int = "mean",
     beta: float = 1.0,
 ) -> jax.Array:
-    """Smooth L1 (Huber / beta) loss; the backward runs aclnnSmoothL1LossBackward.
+    """Smooth L1 (Huber / beta) loss, through aclnnSmoothL1LossBackward.
 
     With ``d = input - target``: ``0.5 * d**2 / beta`` where ``|d| < beta``,
     else ``|d| - 0.5 * beta`` (``beta = 0``: ``|d|``), then reduced
@@ -76,6 +84,11 @@ def smooth_l1_loss(
     Raises:
       TypeError: unsupported or differing dtypes.
       ValueError: shapes do not broadcast, ``beta < 0``, unknown reduction.
+
+    Transformations: all (module docstring). Reverse mode:
+    aclnnSmoothL1LossBackward on the cotangent (a scalar for
+    ``"mean"``/``"sum"``); forward mode: the same operator on ``t_input -
+    t_target``, summed for ``"mean"``/``"sum"``.
     """
     op = "smooth_l1_loss"
     x, y = _checks.float_arrays(op, input=input, target=target)
@@ -86,7 +99,7 @@ def smooth_l1_loss(
     return _smooth_l1_loss(x, y, reduction_code(op, reduction), beta)
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+@partial(jax.custom_jvp, nondiff_argnums=(2, 3))
 def _smooth_l1_loss(x, y, reduction, beta):
     d = x.astype(jnp.float32) - y.astype(jnp.float32)
     ad = jnp.abs(d)
@@ -98,22 +111,22 @@ def _smooth_l1_loss(x, y, reduction, beta):
     return loss.astype(x.dtype)
 
 
-def _smooth_l1_loss_fwd(x, y, reduction, beta):
-    return _smooth_l1_loss(x, y, reduction, beta), (x, y)
-
-
-def _smooth_l1_loss_bwd(reduction, beta, res, g):
-    x, y = res
+@_smooth_l1_loss.defjvp
+def _smooth_l1_loss_jvp(reduction, beta, primals, tangents):
+    x, y = primals
     shape = np.broadcast_shapes(x.shape, y.shape)
     # The kernel's "mean" divides by its input's size: give it the broadcast
     # input so that it matches the forward mean.
-    grad = smooth_l1_loss_backward(
-        g, jnp.broadcast_to(x, shape), y, reduction=reduction, beta=beta
-    )
-    return _cotangent_like(grad, x), _cotangent_like(-grad, y)
-
-
-_smooth_l1_loss.defvjp(_smooth_l1_loss_fwd, _smooth_l1_loss_bwd)
+    xb = jnp.broadcast_to(x, shape)
+    t = jnp.broadcast_to(tangents[0], shape) - jnp.broadcast_to(tangents[1], shape)
+    if reduction == REDUCTIONS["none"]:
+        dloss = smooth_l1_loss_backward(t, xb, y, reduction=reduction, beta=beta)
+    else:
+        # The operator's transpose in its (scalar) grad_out: the sum of the
+        # operator on t; reverse mode transposes it back to one call.
+        dloss = primitive("smooth_l1_loss_backward").transpose(
+            [t], [xb, y], ShapedArray((), x.dtype), reduction=reduction, beta=beta)
+    return _smooth_l1_loss(x, y, reduction, beta), dloss
 
 
 # --- logit ----------------------------------------------------------------
@@ -122,8 +135,9 @@ _smooth_l1_loss.defvjp(_smooth_l1_loss_fwd, _smooth_l1_loss_bwd)
 def logit(x: Any, eps: float | None = None) -> jax.Array:
     """``log(z / (1 - z))`` with ``z = x``, or ``clip(x, eps, 1 - eps)`` when ``eps`` is given.
 
-    ``torch.logit``; the backward runs aclnnLogitGrad (gradient 0 outside
-    ``[eps, 1 - eps]`` when ``eps`` is given).
+    ``torch.logit``; the derivative is aclnnLogitGrad (0 outside ``[eps, 1 -
+    eps]`` when ``eps`` is given), on the cotangent in reverse mode and on
+    the tangent in forward mode. Transformations: all (module docstring).
 
     Raises:
       TypeError: unsupported dtype.
@@ -133,7 +147,7 @@ def logit(x: Any, eps: float | None = None) -> jax.Array:
     return _logit(xa, e)
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(1,))
+@partial(jax.custom_jvp, nondiff_argnums=(1,))
 def _logit(x, eps):
     z = x.astype(jnp.float32)
     if eps is not None:
@@ -141,15 +155,10 @@ def _logit(x, eps):
     return jnp.log(z / (1.0 - z)).astype(x.dtype)
 
 
-def _logit_fwd(x, eps):
-    return _logit(x, eps), x
-
-
-def _logit_bwd(eps, x, g):
-    return (logit_grad(x, g, eps=-1.0 if eps is None else eps),)
-
-
-_logit.defvjp(_logit_fwd, _logit_bwd)
+@_logit.defjvp
+def _logit_jvp(eps, primals, tangents):
+    (x,), (t,) = primals, tangents
+    return _logit(x, eps), logit_grad(x, t, eps=-1.0 if eps is None else eps)
 
 
 # --- hardshrink -------------------------------------------------------------
@@ -159,9 +168,11 @@ def hardshrink(x: Any, lambd: float = 0.5) -> jax.Array:
     """0 where ``|x| <= lambd``, else ``x`` (``torch.nn.functional.hardshrink``:
     a NaN passes through).
 
-    The backward runs aclnnHardshrinkBackward. Both compare in float32, so
-    that in float16/bfloat16 they agree on the side of ``lambd`` of every
-    element. In a Flax module call it on a layer's output, e.g.
+    The derivative is aclnnHardshrinkBackward, on the cotangent in reverse
+    mode and on the tangent in forward mode. Both compare in float32, so
+    that in float16/bfloat16 the forward and the derivative agree on the
+    side of ``lambd`` of every element. Transformations: all (module
+    docstring). In a Flax module call it on a layer's output, e.g.
     ``aclnn.hardshrink(nn.Dense(64)(x), 0.1)``.
 
     Raises:
@@ -171,27 +182,26 @@ def hardshrink(x: Any, lambd: float = 0.5) -> jax.Array:
     return _hardshrink(xa, _checks.real_number("hardshrink", "lambd", lambd))
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(1,))
+@partial(jax.custom_jvp, nondiff_argnums=(1,))
 def _hardshrink(x, lambd):
     return jnp.where(shrunk(x, lambd), jnp.zeros((), x.dtype), x)
 
 
-def _hardshrink_fwd(x, lambd):
-    return _hardshrink(x, lambd), x
-
-
-def _hardshrink_bwd(lambd, x, g):
-    return (hardshrink_backward(g, x, lambd=lambd),)
-
-
-_hardshrink.defvjp(_hardshrink_fwd, _hardshrink_bwd)
+@_hardshrink.defjvp
+def _hardshrink_jvp(lambd, primals, tangents):
+    (x,), (t,) = primals, tangents
+    return _hardshrink(x, lambd), hardshrink_backward(t, x, lambd=lambd)
 
 
 # --- swish / silu -------------------------------------------------------------
 
 
 def swish(x: Any, beta: float = 1.0) -> jax.Array:
-    """``x * sigmoid(beta * x)``; the backward runs aclnnSwishBackward.
+    """``x * sigmoid(beta * x)``.
+
+    The derivative is aclnnSwishBackward, on the cotangent in reverse mode
+    and on the tangent in forward mode. Transformations: all (module
+    docstring).
 
     An activation like ``flax.linen.swish``: in a Flax module,
     ``aclnn.swish(nn.Dense(64)(x), 1.5)`` (linen) or
@@ -205,28 +215,23 @@ def swish(x: Any, beta: float = 1.0) -> jax.Array:
 
 
 def silu(x: Any) -> jax.Array:
-    """``x * sigmoid(x)`` (``torch.nn.functional.silu``, ``flax.linen.silu``): ``swish(x, 1.0)``.
-
-    In a Flax module: ``aclnn.silu(nn.Dense(64)(x))``.
+    """``x * sigmoid(x)`` (``torch.nn.functional.silu``, ``flax.linen.silu``):
+    ``swish(x, 1.0)``, with its transformations (aclnnSwishBackward in both
+    directions). In a Flax module: ``aclnn.silu(nn.Dense(64)(x))``.
     """
     return swish(x, 1.0)
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(1,))
+@partial(jax.custom_jvp, nondiff_argnums=(1,))
 def _swish(x, beta):
     xf = x.astype(jnp.float32)
     return (xf * jax.nn.sigmoid(beta * xf)).astype(x.dtype)
 
 
-def _swish_fwd(x, beta):
-    return _swish(x, beta), x
-
-
-def _swish_bwd(beta, x, g):
-    return (swish_backward(g, x, beta=beta),)
-
-
-_swish.defvjp(_swish_fwd, _swish_bwd)
+@_swish.defjvp
+def _swish_jvp(beta, primals, tangents):
+    (x,), (t,) = primals, tangents
+    return _swish(x, beta), swish_backward(t, x, beta=beta)
 
 
 # --- batch norm -------------------------------------------------------------
@@ -241,7 +246,7 @@ def batch_norm(
     eps: float = 1e-5,
     axis_name: Any | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Training-mode batch normalization; the backward runs aclnnBatchNormReduceBackward.
+    """Training-mode batch normalization, through aclnnBatchNormReduceBackward.
 
     Statistics run over every axis except ``channel_axis`` (biased variance):
     ``y = (x - mean) / sqrt(var + eps) * weight + bias``. Any channel axis
@@ -274,6 +279,12 @@ def batch_norm(
         integer, ``eps`` not a real number or traced.
       ValueError: ``x`` of rank < 2, ``channel_axis`` out of range, ``eps``
         negative, NaN or infinite, or weight/bias not of shape ``(C,)``.
+
+    Transformations: all (module docstring), in ``x``, ``weight`` and
+    ``bias``. Reverse mode: one aclnnBatchNormReduceBackward of the
+    cotangent (every result the parameters need), then XLA element-wise
+    code; forward mode: aclnnBatchNormReduceBackward of the tangent of
+    ``x`` (its per-channel sums), then XLA element-wise code.
     """
     op = "batch_norm"
     channel_axis = _checks.integer(op, "channel_axis", channel_axis)
@@ -321,38 +332,18 @@ def _bn_statistics(x, axis, axis_name):
     return mean, sq / count, count
 
 
-def _parameter_gradient(local, global_, param, x, axis_name):
-    """The gradient of a weight or bias from this device's sums ``local``
-    and, with ``axis_name``, the sums over that axis ``global_``.
-
-    A parameter shared by the devices of ``axis_name`` (unvarying under
-    ``shard_map``) gets the global sums; under ``shard_map`` it also collects
-    the parts of other mesh axes over which ``x`` varies (see
-    :func:`_cotangent_like`). A per-device copy (``pmap``, or a parameter
-    that varies itself) gets its local part, and summing is left to the
-    caller, as PyTorch's SyncBatchNorm leaves it to DDP; so does shard_map
-    with ``check_vma=False``, whose transpose sums the gradients of
-    replicated inputs itself.
-    """
-    value = local
-    if axis_name is not None:
-        names = set(axis_name) if isinstance(axis_name, (tuple, list)) else {axis_name}
-        if names <= _compat.varying_axes(x) - _compat.varying_axes(param):
-            value = global_
-    return _cotangent_like(value, param)
-
-
 def _channel(v, ndim, axis):
     """A (C,) vector shaped to broadcast along ``axis``."""
     return v.reshape((1,) * axis + (-1,) + (1,) * (ndim - axis - 1))
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+@partial(jax.custom_jvp, nondiff_argnums=(3, 4, 5))
 def _batch_norm(x, weight, bias, axis, eps, axis_name):
-    return _batch_norm_fwd(x, weight, bias, axis, eps, axis_name)[0]
+    return _batch_norm_forward(x, weight, bias, axis, eps, axis_name)[0]
 
 
-def _batch_norm_fwd(x, weight, bias, axis, eps, axis_name):
+def _batch_norm_forward(x, weight, bias, axis, eps, axis_name):
+    """The outputs, then mean and invstd (float32) and the count per channel."""
     mean, var, count = _bn_statistics(x, axis, axis_name)
     invstd = jax.lax.rsqrt(var + eps)
     y = (x.astype(jnp.float32) - _channel(mean, x.ndim, axis)) * _channel(invstd, x.ndim, axis)
@@ -361,45 +352,50 @@ def _batch_norm_fwd(x, weight, bias, axis, eps, axis_name):
     if bias is not None:
         y = y + _channel(bias.astype(jnp.float32), x.ndim, axis)
     out = (y.astype(x.dtype), mean, var)
-    return out, (x, weight, bias, mean, invstd, jnp.float32(count))
+    return out, mean, invstd, count
 
 
-def _batch_norm_bwd(axis, eps, axis_name, res, cts):
-    x, weight, bias, mean, invstd, count = res
-    gy = cts[0]
+@_batch_norm.defjvp
+def _batch_norm_jvp(axis, eps, axis_name, primals, tangents):
+    """``dy = scale * (dx - mean(dx) - xhat * mean(dx * xhat)) + dw * xhat + db``
+    (``scale = invstd * weight``, means per channel, over ``axis_name`` too).
+
+    Viewed as ``(outer, C, inner)``, the per-channel sums of ``dx`` are
+    aclnnBatchNormReduceBackward on ``dx``, and everything after ``scale *
+    dx`` is that operator's transpose in ``grad_out`` applied to per-channel
+    vectors, one per result (``sum_dy``, ``sum_dy_xmu``, ``grad_weight``,
+    ``grad_bias``). Reverse mode transposes the transpose back into one
+    aclnnBatchNormReduceBackward of the incoming gradient with every mask the
+    parameters need; the all-reduces of synchronized batch norm and the
+    summing of a shared parameter's gradient over the devices are the
+    transposes of the forward's ``psum`` and of JAX's own varying-axes casts.
+    The statistics carry no tangent.
+    """
+    x, weight, bias = primals
+    tx, tw, tb = tangents
+    out, mean, invstd, count = _batch_norm_forward(x, weight, bias, axis, eps, axis_name)
     dtype = x.dtype
     outer = math.prod(x.shape[:axis])
     inner = math.prod(x.shape[axis + 1 :])
-    channels = x.shape[axis]
-    as3 = lambda a: a.reshape(outer, channels, inner)  # noqa: E731
-    # The statistics (and so the sums) stay float32 for half-precision x.
-    sum_dy, sum_dy_xmu, grad_weight, grad_bias = reduce_backward(
-        as3(gy),
-        as3(x),
-        mean,
-        invstd,
-        None if weight is None else weight.astype(jnp.float32),
-        input_g=True,
-        weight_g=weight is not None,
-        bias_g=bias is not None,
-    )
+    as3 = lambda a: a.reshape(outer, x.shape[axis], inner)  # noqa: E731
+    x3 = as3(x)
+    # The statistics, the weight and so the sums stay float32 for
+    # half-precision x (the operator's outputs take mean's dtype).
+    w32 = None if weight is None else weight.astype(jnp.float32)
+    sums = reduce_backward(as3(tx), x3, mean, invstd, None,
+                           input_g=True, weight_g=False, bias_g=False)[:2]
     if axis_name is not None:
-        # SyncBatchNorm: the element-wise step needs the global sums.
-        sum_dy, sum_dy_xmu = jax.lax.psum((sum_dy, sum_dy_xmu), axis_name)
-    if grad_weight is not None:
-        grad_weight = _parameter_gradient(
-            grad_weight, sum_dy_xmu * invstd, weight, x, axis_name).astype(weight.dtype)
-    if grad_bias is not None:
-        grad_bias = _parameter_gradient(grad_bias, sum_dy, bias, x, axis_name).astype(bias.dtype)
+        sums = jax.lax.psum(sums, axis_name)
     scale = invstd if weight is None else invstd * weight.astype(jnp.float32)
-    ch = lambda v: _channel(v, x.ndim, axis)  # noqa: E731
-    xmu = x.astype(jnp.float32) - ch(mean)
-    grad_x = (
-        gy.astype(jnp.float32)
-        - ch(sum_dy / count)
-        - xmu * ch(invstd * invstd * sum_dy_xmu / count)
-    ) * ch(scale)
-    return grad_x.astype(dtype), grad_weight, grad_bias
-
-
-_batch_norm.defvjp(_batch_norm_fwd, _batch_norm_bwd)
+    none = jnp.zeros((0,), jnp.float32)  # the operator's placeholder of an absent tensor
+    cts = [-scale * sums[0] / count,
+           -scale * invstd * invstd * sums[1] / count,
+           none if weight is None else tw.astype(jnp.float32),
+           none if bias is None else tb.astype(jnp.float32)]
+    rest = primitive("batch_norm_reduce_backward").transpose(
+        cts, [x3, mean, invstd, none if w32 is None else w32], ShapedArray(x3.shape, dtype),
+        has_weight=weight is not None, input_g=True, weight_g=weight is not None,
+        bias_g=bias is not None)
+    ty = as3(tx).astype(jnp.float32) * scale.reshape(1, -1, 1) + rest.astype(jnp.float32)
+    zero = jnp.zeros_like(out[1])
+    return out, (ty.astype(dtype).reshape(x.shape), zero, zero)

@@ -37,6 +37,7 @@ class BatchNormReduceBackward(AclnnPrimitive):
     operand_names = ("grad_out", "input", "mean", "invstd", "weight")
     multiple_results = True
     npu_float32_dtypes = (jnp.dtype(jnp.bfloat16),)
+    self_adjoint = False  # sums: the transpose broadcasts
 
     def abstract_eval(self, g, x, mean, invstd, weight, *, has_weight, input_g, weight_g, bias_g):
         channels = x.shape[1]
@@ -57,6 +58,25 @@ class BatchNormReduceBackward(AclnnPrimitive):
             v.astype(mean.dtype) if w else jnp.zeros((0,), mean.dtype)
             for v, w in zip(values, _wanted(input_g, weight_g, bias_g))
         ]
+
+    def transpose_reference(self, cts, others, shape, dtype, *, has_weight, input_g, weight_g,
+                            bias_g):
+        # Each result is a per-channel sum of grad_out times a factor (1,
+        # x - mean or (x - mean) * invstd): its transpose broadcasts the
+        # cotangent times that factor.
+        x, mean, invstd, _ = others
+        bshape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+        ch = lambda v: v.astype(jnp.float32).reshape(bshape)  # noqa: E731
+        xmu = x.astype(jnp.float32) - ch(mean)
+        ct_sum_dy, ct_sum_dy_xmu, ct_weight, ct_bias = cts
+        out = jnp.zeros(shape, jnp.float32)
+        if input_g:
+            out = out + ch(ct_sum_dy) + xmu * ch(ct_sum_dy_xmu)
+        if weight_g:
+            out = out + xmu * ch(ct_weight.astype(jnp.float32) * invstd.astype(jnp.float32))
+        if bias_g:
+            out = out + ch(ct_bias)
+        return out.astype(dtype)
 
     def ffi_attributes(self, *, has_weight, input_g, weight_g, bias_g):
         return {
@@ -153,6 +173,13 @@ def batch_norm_reduce_backward(
     Returns:
       ``(sum_dy, sum_dy_xmu, grad_weight, grad_bias)``, each of shape ``(C,)``
       in the input dtype, or None where its mask flag is False.
+
+    Transformations: all of :mod:`jax_aclnn.nn`'s. Linear in ``grad_out``:
+    the JVP in it (forward mode) runs aclnnBatchNormReduceBackward again;
+    the transpose there (reverse mode) broadcasts and scales the cotangents
+    in XLA code (``batch_norm``'s forward mode uses it, and reverse mode
+    turns it back into this operator); the derivatives in the other
+    operands are XLA code.
 
     Raises:
       TypeError: a tensor is not float32/float16/bfloat16, dtypes differ, or

@@ -61,6 +61,11 @@ def hardshrink_backward(grad_output: Any, input: Any, *, lambd: float = 0.5) -> 
     Returns:
       ``grad_input`` of the broadcast shape, in the inputs' dtype.
 
+    Transformations: all of :mod:`jax_aclnn.nn`'s. Linear in ``grad_output``:
+    the transpose there (reverse mode) and the JVP in it (forward mode) run
+    aclnnHardshrinkBackward again (summed over the axes ``grad_output``
+    broadcasts along); the derivatives in the other operands are XLA code.
+
     Raises:
       TypeError: a tensor is not float32/float16/bfloat16, dtypes differ
         (Python scalars take the arrays' dtype), or ``lambd`` is not a static

@@ -18,6 +18,7 @@ class LogitGrad(AclnnPrimitive):
     name = "logit_grad"
     aclnn_name = "aclnnLogitGrad"
     operand_names = ("x", "dy")
+    linear_operand = 1  # dy
 
     def abstract_eval(self, x, dy, *, eps):
         return ShapedArray(x.shape, x.dtype)
@@ -60,6 +61,11 @@ def logit_grad(x: Any, dy: Any, *, eps: float = -1.0) -> jax.Array:
 
     Returns:
       ``dx``, shape and dtype of ``x`` (float32, float16 or bfloat16).
+
+    Transformations: all of :mod:`jax_aclnn.nn`'s. Linear in ``dy``:
+    the transpose there (reverse mode) and the JVP in it (forward mode) run
+    aclnnLogitGrad again; the derivatives in the other
+    operands are XLA code.
 
     Raises:
       TypeError: a tensor is not float32/float16/bfloat16, dtypes differ

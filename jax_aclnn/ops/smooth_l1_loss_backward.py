@@ -109,6 +109,12 @@ def smooth_l1_loss_backward(
       ``grad_input`` of the broadcast shape of the three tensors, in their
       dtype (float32, float16 or bfloat16; half types are computed in float32).
 
+    Transformations: all of :mod:`jax_aclnn.nn`'s. Linear in ``grad_out``:
+    the transpose there (reverse mode) and the JVP in it (forward mode) run
+    aclnnSmoothL1LossBackward again (summed to ``grad_out``'s shape: for a
+    scalar ``grad_out``, the sum of the operator on the cotangent); the
+    derivatives in the other operands are XLA code.
+
     Raises:
       TypeError: a tensor is not float32/float16/bfloat16, dtypes differ
         (Python scalars take the arrays' dtype), or ``beta`` is not a static

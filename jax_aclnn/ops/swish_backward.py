@@ -53,6 +53,11 @@ def swish_backward(grad_output: Any, input: Any, *, beta: float | None = 1.0) ->
     Returns:
       ``grad_input``, shape and dtype of ``input``.
 
+    Transformations: all of :mod:`jax_aclnn.nn`'s. Linear in ``grad_output``:
+    the transpose there (reverse mode) and the JVP in it (forward mode) run
+    aclnnSwishBackward again; the derivatives in the other
+    operands are XLA code.
+
     Raises:
       TypeError: a tensor is not float32/float16/bfloat16, dtypes differ
         (Python scalars take the arrays' dtype), or ``beta`` is not a static
