@@ -10,7 +10,8 @@ dependency of this package. The rules:
 * a cell that is empty, ``NA``, ``N/A``, ``NaN``, ``null``, ``None`` or ``?``
   (any case) is missing, as is an infinite number; a row with a missing value
   in a column that is used is dropped, and the drops are counted;
-* a column with any cell that is not a number is a text column: one-hot
+* a column without values is left out (as the empty column of a trailing
+  comma); a column with any cell that is not a number is a text column: one-hot
   encoded (a 0/1 feature per value) when it has at most ``MAX_CATEGORIES``
   distinct values, else left out; both are reported;
 * the target column must be numeric (``train`` fits a regression).
@@ -63,7 +64,9 @@ def read_regression_csv(path: str, target: str) -> Table:
             "column, or encode the classes as numbers")
     notes, features, blocks = [], [], []
     for col in columns.values():
-        if col.text is None:
+        if col.text is None and np.isnan(col.values).all():
+            notes.append(f"left out column {col.name!r}: no values")
+        elif col.text is None:
             features.append(col.name)
             blocks.append(col.values[:, None])
         elif len(col.categories) <= MAX_CATEGORIES:
@@ -140,10 +143,13 @@ def _read(path: str) -> tuple[list[str], list[tuple[int, list[str]]]]:
         raise UsageError(f"{path} is empty; it needs a header row naming the columns, then data rows")
     (_, first), rows = records[0], records[1:]
     header = [c.strip() or f"(unnamed column {i + 1})" for i, c in enumerate(first)]
+    if len(header) < 2:
+        raise UsageError(f"{path} is not a comma-separated table: its first row "
+                         f"({_preview(first[0])}) holds one column; write the column names, "
+                         "then one row per example, with the values separated by commas")
     if all(_is_number(c) for c in first):
-        raise UsageError(f"{path} has no header: its first row ({','.join(first[:4])}"
-                         f"{',...' if len(first) > 4 else ''}) is numbers; add a first row "
-                         "naming the columns, e.g. x1,x2,y")
+        raise UsageError(f"{path} has no header: its first row ({_preview(','.join(first))}) "
+                         "is numbers; add a first row naming the columns, e.g. x1,x2,y")
     for name in header:
         if header.count(name) > 1:
             raise UsageError(f"column {name!r} appears twice in the header of {path}; "
@@ -153,6 +159,10 @@ def _read(path: str) -> tuple[list[str], list[tuple[int, list[str]]]]:
             raise UsageError(f"line {line} of {path} has {len(row)} values, its header has "
                              f"{len(header)} columns; give every row one value per column")
     return header, rows
+
+
+def _preview(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _is_number(cell: str) -> bool:
@@ -166,6 +176,4 @@ def _columns_hint(header: list[str], target: str) -> str:
     close = difflib.get_close_matches(target, header, n=1) or [
         c for c in header if c.lower() == target.lower()]
     hint = f"did you mean --target {close[0]!r}? " if close else ""
-    if len(header) == 1 and any(sep in header[0] for sep in ";\t|"):
-        hint += "(one column only: is the file comma-separated?) "
     return f"{hint}its columns: {', '.join(header)}"

@@ -98,20 +98,21 @@ def test_csv_rules(tmp_path):
 
     path = tmp_path / "rules.csv"
     path.write_text(
-        "\ufeffsize, city ,price\n"  # a byte-order mark, spaces around a name
-        '1.5,"Oslo, NO",10\n'       # a quoted comma
-        "\n"                        # a blank line
-        "2,Rome,NA\n"               # missing target
-        "3,,30\n"                   # missing category
-        "inf,Rome,40\n"             # not finite
-        "4,Rome,40\n"
-        '5e0,"Oslo, NO",-1\n',
+        "\ufeffsize, city ,price,\n"  # a byte-order mark, spaces around a name, a trailing comma
+        '1.5,"Oslo, NO",10,\n'       # a quoted comma
+        "\n"                         # a blank line
+        "2,Rome,NA,\n"               # missing target
+        "3,,30,\n"                   # missing category
+        "inf,Rome,40,\n"             # not finite
+        "4,Rome,40,\n"
+        '5e0,"Oslo, NO",-1,\n',
         encoding="utf-8")
     table = read_regression_csv(str(path), "price")
     assert table.features == ["size", "city=Oslo, NO", "city=Rome"]
     np.testing.assert_array_equal(table.x, [[1.5, 1, 0], [4, 0, 1], [5, 1, 0]])
     np.testing.assert_array_equal(table.y, [10, 40, -1])
     assert table.notes == ["one-hot encoded text column 'city' (2 values: Oslo, NO, Rome)",
+                           "left out column '(unnamed column 4)': no values",
                            "dropped 3 of 6 rows with missing values"]
 
 

@@ -65,7 +65,17 @@ def test_binary_file_is_not_a_csv(capsys, tmp_path):
     png = tmp_path / "plot.png"
     png.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe")
     line = error_of(capsys, "train", "--data", str(png), "--target", "y")
-    assert "is not a CSV text file (byte 0x89 at offset 0" in line and "UTF-8 CSV" in line
+    assert "is not a CSV text file (byte 0x89 at offset 0 is not UTF-8 text); save it as a UTF-8 CSV" in line
+
+
+def test_spreadsheet_is_not_a_csv(capsys, tmp_path):
+    import zipfile
+
+    xlsx = tmp_path / "data.xlsx"  # a workbook is a zip archive
+    with zipfile.ZipFile(xlsx, "w") as z:
+        z.writestr(zipfile.ZipInfo("xl/workbook.xml"), b"\xd0\xcf\x11\xe0 binary")
+    line = error_of(capsys, "train", "--data", str(xlsx), "--target", "y")
+    assert "data.xlsx is not a CSV text file (byte 0x" in line and "save it as a UTF-8 CSV" in line
 
 
 def test_empty_file(capsys, tmp_path):
@@ -101,9 +111,12 @@ def test_unknown_target_lists_the_columns(capsys, tmp_path):
     assert line.endswith("its columns: alpha, beta, price")
 
 
-def test_semicolon_file_gets_a_hint(capsys, tmp_path):
-    csv = write(tmp_path / "d.csv", "a;b;y\n" + numeric_rows(20).replace(",", ";"))
-    assert "is the file comma-separated?" in error_of(capsys, "train", "--data", csv, "--target", "y")
+@pytest.mark.parametrize("text", ["Notes on the data\nsee the y column\n", "a;b;y\n1;2;3\n4;5;6\n"])
+def test_text_that_is_not_a_csv(capsys, tmp_path, text):
+    csv = write(tmp_path / "d.csv", text)
+    line = error_of(capsys, "train", "--data", csv, "--target", "y")
+    assert "d.csv is not a comma-separated table: its first row (" in line
+    assert ") holds one column; write the column names" in line
 
 
 def test_categorical_target_is_refused(capsys, tmp_path):
