@@ -4,7 +4,7 @@ that refuse bad option values while parsing.
 
 A :class:`UsageError` raised anywhere in a command (or by argparse) ends
 the command with one line on stderr and exit status 2; ``--debug`` or
-``JAX_ACLNN_DEBUG=1`` shows its traceback instead.
+``JAX_ACLNN_DEBUG=1`` prints its traceback first.
 """
 
 from __future__ import annotations

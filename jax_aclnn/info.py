@@ -7,10 +7,14 @@ from __future__ import annotations
 import argparse
 import platform
 import sysconfig
+from typing import TYPE_CHECKING
 
 import jax
 
 from jax_aclnn import __version__, _ffi
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def collect() -> dict[str, object]:
@@ -40,7 +44,7 @@ def run(args: argparse.Namespace) -> None:
     print_table(collect(), Console())
 
 
-def print_table(facts: dict[str, object], console) -> None:
+def print_table(facts: dict[str, object], console: Console) -> None:
     """The facts as a table on ``console``, never abridged: long values (the
     CANN search paths, the library path) fold onto more lines in a terminal;
     into a file or a pipe the table takes the width it needs, so each path
