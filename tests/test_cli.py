@@ -40,14 +40,12 @@ def test_train_loss_falls_and_reports_the_provider(tmp_path):
 
 
 def test_train_on_a_csv(tmp_path):
-    import numpy as np
-
     rng = np.random.default_rng(0)
     x = rng.normal(size=(200, 3))
     y = x @ [1.0, -2.0, 0.5] + 0.1 * rng.normal(size=200)
-    csv = tmp_path / "data.csv"
-    np.savetxt(csv, np.column_stack([x, y]), delimiter=",", header="a,b,c,price", comments="")
-    out = run("train", "--data", str(csv), "--target", "price", "--epochs", "4", "--quiet",
+    path = tmp_path / "data.csv"
+    np.savetxt(path, np.column_stack([x, y]), delimiter=",", header="a,b,c,price", comments="")
+    out = run("train", "--data", str(path), "--target", "price", "--epochs", "4", "--quiet",
               "--dtype", "bfloat16")
     assert "data.csv" in out and "(fell)" in out
 
