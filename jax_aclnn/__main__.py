@@ -1,19 +1,24 @@
-"""Command line: ``python -m jax_aclnn {train,bench,info}``."""
+"""Command line: ``python -m jax_aclnn {train,bench,info}``.
+
+User errors (a missing file, a bad column, a bad option value, a missing
+package of the ``cli`` extra) end with one line on stderr and exit status 2;
+``--debug`` or ``JAX_ACLNN_DEBUG=1`` shows the traceback too.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import traceback
+
+from jax_aclnn._cli import PROG, Parser, UsageError, add_debug_argument, debugging, require_cli_packages
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m jax_aclnn",
-        description="Ascend CANN aclnn backward operators as differentiable JAX operations.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,bench,info}")
-
+def build_parser() -> argparse.ArgumentParser:
     from jax_aclnn import bench, info, train
+
+    parser = Parser(prog=PROG, description="Ascend CANN aclnn backward operators as differentiable JAX operations.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,bench,info}")
 
     p = sub.add_parser("train", help="train a model whose jax.grad runs all five aclnn operators",
                        description=train.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -29,8 +34,24 @@ def main(argv: list[str] | None = None) -> int:
                        description=info.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.set_defaults(run=info.run)
 
-    args = parser.parse_args(argv)
-    args.run(args)
+    for p in sub.choices.values():
+        add_debug_argument(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    prog = PROG
+    try:
+        require_cli_packages()  # before the commands' modules import them
+        args = build_parser().parse_args(argv)
+        prog = f"{PROG} {args.command}"
+        args.run(args)
+    except UsageError as e:
+        if debugging(argv):
+            traceback.print_exc()
+        print(f"{e.prog or prog}: error: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

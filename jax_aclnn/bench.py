@@ -43,17 +43,26 @@ import numpy as np
 from tqdm import tqdm
 
 import jax_aclnn as aclnn
+from jax_aclnn._cli import UsageError, comma_list, integer, one_of
 from jax_aclnn.ops import primitive
 
 OPS = ["smooth_l1_loss_backward", "logit_grad", "hardshrink_backward", "swish_backward",
        "batch_norm_reduce_backward"]
 DEFAULT_SIZES = "1K,64K,1M,16M"
+DTYPES = ["float32", "float16", "bfloat16"]
 
 
 def parse_size(text: str) -> int:
+    """An element count such as ``4096``, ``64K`` or ``1.5M``; ``ValueError`` if not one."""
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    text = text.strip().upper()
-    return int(float(text[:-1]) * units[text[-1]]) if text[-1] in units else int(text)
+    upper = text.strip().upper()
+    try:
+        size = int(float(upper[:-1]) * units[upper[-1]]) if upper[-1:] in units else int(upper)
+    except (ValueError, OverflowError):
+        size = 0
+    if size < 1:
+        raise ValueError(f"bad size {text!r}")
+    return size
 
 
 def bn_shape(size: int, channels: int) -> tuple[int, int, int]:
@@ -268,12 +277,8 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         import torch  # noqa: F401
     except ImportError:
         torch = None
-    ops = args.ops.split(",")
-    unknown = set(ops) - set(OPS)
-    if unknown:
-        raise SystemExit(f"unknown --ops {sorted(unknown)}; choose from {', '.join(OPS)}")
-    sizes = [parse_size(s) for s in args.sizes.split(",")]
-    dtypes = [jnp.dtype(d) for d in args.dtypes.split(",")]
+    ops, sizes, dtypes = args.ops, args.sizes, [jnp.dtype(d) for d in args.dtypes]
+    out = output_folder(args.out) if args.out else None
     rng = np.random.default_rng(0)
     bandwidth = copy_bandwidth(args.repeats)
     print(f"memory copy bandwidth: {bandwidth:.1f} GB/s; {jax.device_count()} CPU device(s); "
@@ -287,14 +292,23 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.reuse_repeats > 0:
         reuse = reuse_overhead(args.reuse_repeats)
         print_reuse_table(reuse)
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
+    if out is not None:
         (out / "bench.json").write_text(json.dumps(
             {"copy_gbps": bandwidth, "rows": rows, "executor_reuse": reuse}, indent=2))
         plot(rows, bandwidth, out / "bench.png")
         print(f"wrote {out / 'bench.json'} and {out / 'bench.png'}")
     return rows
+
+
+def output_folder(path: str) -> Path:
+    """``--out``'s folder, created now rather than after the measurements."""
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        what = "a file" if out.is_file() else f"not creatable ({e.strerror})"
+        raise UsageError(f"--out {path} is {what}; give a writable folder (created if missing)") from None
+    return out
 
 
 def print_results(rows: list[dict[str, Any]], bandwidth: float) -> None:
@@ -331,12 +345,15 @@ def plot(rows: list[dict[str, Any]], bandwidth: float, path: Path) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--ops", default=",".join(OPS), help="comma-separated operators (default: all five)")
-    p.add_argument("--sizes", default=DEFAULT_SIZES, help="comma-separated element counts, K/M suffixes (default: %(default)s)")
-    p.add_argument("--dtypes", default="float32,float16,bfloat16", help="comma-separated dtypes (default: %(default)s)")
-    p.add_argument("--repeats", type=int, default=15, help="timed pairs per case (default: %(default)s)")
-    p.add_argument("--bn-channels", type=int, default=256, help="channels of the batch-norm shapes, 16 to 1024 (default: %(default)s)")
-    p.add_argument("--reuse-repeats", type=int, default=200, help="paired runs with executor reuse on and off; 0 skips (default: %(default)s)")
+    p.add_argument("--ops", default=",".join(OPS), type=comma_list(one_of(OPS), f"some of {', '.join(OPS)}"),
+                   help="comma-separated operators (default: all five)")
+    p.add_argument("--sizes", default=DEFAULT_SIZES, type=comma_list(parse_size, "element counts such as 4096, 64K, 1M"),
+                   help="comma-separated element counts, K/M suffixes (default: %(default)s)")
+    p.add_argument("--dtypes", default=",".join(DTYPES), type=comma_list(one_of(DTYPES), f"some of {', '.join(DTYPES)}"),
+                   help="comma-separated dtypes (default: %(default)s)")
+    p.add_argument("--repeats", type=integer(1), default=15, help="timed pairs per case (default: %(default)s)")
+    p.add_argument("--bn-channels", type=integer(16, 1024), default=256, help="channels of the batch-norm shapes, 16 to 1024 (default: %(default)s)")
+    p.add_argument("--reuse-repeats", type=integer(0), default=200, help="paired runs with executor reuse on and off; 0 skips (default: %(default)s)")
     p.add_argument("--out", metavar="DIR", help="write bench.json and bench.png here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 

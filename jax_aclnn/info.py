@@ -7,10 +7,14 @@ from __future__ import annotations
 import argparse
 import platform
 import sysconfig
+from typing import TYPE_CHECKING
 
 import jax
 
 from jax_aclnn import __version__, _ffi
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def collect() -> dict[str, object]:
@@ -36,11 +40,24 @@ def collect() -> dict[str, object]:
 
 def run(args: argparse.Namespace) -> None:
     from rich.console import Console
+
+    print_table(collect(), Console())
+
+
+def print_table(facts: dict[str, object], console: Console) -> None:
+    """The facts as a table on ``console``, never abridged: long values (the
+    CANN search paths, the library path) fold onto more lines in a terminal;
+    into a file or a pipe the table takes the width it needs, so each path
+    stays on one line."""
+    from rich.measure import Measurement
     from rich.table import Table
 
     table = Table(title="jax_aclnn info", show_header=False)
-    table.add_column(style="bold")
-    table.add_column()
-    for key, value in collect().items():
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")
+    for key, value in facts.items():
         table.add_row(key, str(value))
-    Console().print(table)
+    if not console.is_terminal:
+        width = Measurement.get(console, console.options.update_width(1 << 16), table).maximum
+        console.width = max(console.width, width)
+    console.print(table)

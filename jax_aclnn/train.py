@@ -19,8 +19,9 @@ and is evaluated in one vmapped call at the end.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +34,14 @@ from jax.sharding import PartitionSpec as P
 from tqdm import tqdm
 
 import jax_aclnn as aclnn
+from jax_aclnn._cli import UsageError, integer, positive_float
+from jax_aclnn._csv_data import MAX_CATEGORIES, read_regression_csv
 
 HIDDEN = 64
 #: Range the target is scaled into, inside (0, 1) so that logit is finite.
 TARGET_RANGE = (0.05, 0.95)
+#: Fewest complete rows a data set needs (8 to train on, 2 to validate).
+MIN_ROWS = 10
 
 
 @dataclass
@@ -46,10 +51,16 @@ class Data:
     x_val: np.ndarray
     y_val: np.ndarray
     name: str
+    notes: list[str] = field(default_factory=list)  # what was left out of a CSV file, and why
 
 
 def load_data(csv: str | None, target: str | None, seed: int) -> Data:
-    """Standardised features and a target scaled into TARGET_RANGE, split 80/20."""
+    """Standardised features and a target scaled into TARGET_RANGE, split 80/20.
+
+    ``csv`` is read by the rules of :mod:`jax_aclnn._csv_data`; its problems
+    (and too few rows) raise :class:`~jax_aclnn._cli.UsageError`.
+    """
+    notes: list[str] = []
     if csv is None:
         from sklearn.datasets import load_diabetes
 
@@ -57,19 +68,14 @@ def load_data(csv: str | None, target: str | None, seed: int) -> Data:
         name = "diabetes (scikit-learn)"
     else:
         if target is None:
-            raise SystemExit("--data needs --target COLUMN")
-        table = np.genfromtxt(csv, delimiter=",", names=True, dtype=np.float64)
-        columns = list(table.dtype.names or ())
-        if target not in columns:
-            raise SystemExit(f"column {target!r} not in {csv}; columns: {', '.join(columns)}")
-        features = [c for c in columns if c != target]
-        x = np.stack([table[c] for c in features], axis=1)
-        y = table[target]
-        keep = np.isfinite(x).all(1) & np.isfinite(y)
-        x, y = x[keep], y[keep]
+            raise UsageError(f"--data {csv} needs --target COLUMN: the column to predict")
+        table = read_regression_csv(csv, target)
+        x, y, notes = table.x, table.y, table.notes
         name = Path(csv).name
-    if len(x) < 10:
-        raise SystemExit(f"need at least 10 complete rows, got {len(x)}")
+    if len(x) < MIN_ROWS:
+        raise UsageError(f"{name} has {len(x)} complete rows"
+                         + "".join(f"; {n}" for n in notes)
+                         + f"; train needs at least {MIN_ROWS}")
     order = np.random.default_rng(seed).permutation(len(x))
     x, y = x[order], y[order]
     split = int(0.8 * len(x))
@@ -79,7 +85,7 @@ def load_data(csv: str | None, target: str | None, seed: int) -> Data:
     scale = lambda v: np.clip(a + (b - a) * (v - lo) / (hi - lo + 1e-12), 0.01, 0.99)  # noqa: E731
     xs = ((x - mu) / sd).astype(np.float32)
     ys = scale(y).astype(np.float32)
-    return Data(xs[:split], ys[:split], xs[split:], ys[split:], name)
+    return Data(xs[:split], ys[:split], xs[split:], ys[split:], name, notes)
 
 
 def init_params(key: jax.Array, features: int) -> dict[str, jax.Array]:
@@ -174,11 +180,11 @@ def make_steps(optimizer: optax.GradientTransformation, dtype: Any, mesh: Mesh):
 
 def data_parallel_mesh(devices: int, batch_size: int) -> Mesh:
     """A 1-D mesh of the first ``devices`` JAX devices; on the CPU asks JAX
-    for that many host devices first (before its CPU backend starts)."""
-    if devices < 1:
-        raise SystemExit(f"--devices must be >= 1, got {devices}")
+    for that many host devices first (before its CPU backend starts).
+    ``UsageError`` if ``batch_size`` does not split evenly or the devices
+    are not there."""
     if batch_size % devices:
-        raise SystemExit(f"--batch-size {batch_size} must be a multiple of --devices {devices}")
+        raise UsageError(f"--batch-size {batch_size} must be a multiple of --devices {devices}")
     if devices > 1:
         try:
             jax.config.update("jax_num_cpu_devices", devices)
@@ -186,16 +192,39 @@ def data_parallel_mesh(devices: int, batch_size: int) -> Mesh:
             pass  # JAX has started already: use the devices it has
     available = jax.devices()
     if len(available) < devices:
-        raise SystemExit(f"--devices {devices}: only {len(available)} {available[0].platform} "
+        raise UsageError(f"--devices {devices}: only {len(available)} {available[0].platform} "
                          f"device(s); on the CPU set JAX_NUM_CPU_DEVICES={devices} or run "
                          "--devices before anything starts JAX")
     return Mesh(np.array(available[:devices]), (BATCH_AXIS,), axis_types=(AxisType.Auto,))
 
 
+def check_options(args: argparse.Namespace) -> None:
+    """Refuses option combinations and a ``--plot`` file that would fail only
+    after training."""
+    if args.target is not None and args.data is None:
+        raise UsageError(f"--target {args.target} needs --data FILE.csv (the diabetes data has its own target)")
+    if args.plot:
+        folder = Path(args.plot).resolve().parent
+        if not folder.is_dir():
+            raise UsageError(f"--plot {args.plot}: no folder {folder}; create it or pick another path")
+        from matplotlib.figure import Figure
+
+        formats = Figure().canvas.get_supported_filetypes()
+        if Path(args.plot).suffix.lower().lstrip(".") not in formats:
+            raise UsageError(f"--plot {args.plot}: not an image type matplotlib writes; "
+                             "end the name with .png (or .pdf, .svg)")
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    check_options(args)
     mesh = data_parallel_mesh(args.devices, args.batch_size)  # before anything starts JAX
     dtype = jnp.dtype(args.dtype)
     data = load_data(args.data, args.target, args.seed)
+    if args.batch_size > len(data.x_train):
+        raise UsageError(f"--batch-size {args.batch_size} is more than the {len(data.x_train)} "
+                         f"training rows of {data.name}; choose a smaller --batch-size")
+    for note in data.notes:
+        print(f"jax_aclnn train: warning: {data.name}: {note}", file=sys.stderr)
     features = data.x_train.shape[1]
     keys = jax.random.split(jax.random.key(args.seed), args.ensemble)
     params = jax.vmap(lambda k: init_params(k, features))(keys)
@@ -284,14 +313,14 @@ def plot_history(history: list[tuple[float, float]], path: str) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", metavar="FILE.csv", help="train on this CSV (header row, numeric columns) instead of the diabetes data")
-    p.add_argument("--target", metavar="COLUMN", help="the CSV column to predict (with --data)")
-    p.add_argument("--epochs", type=int, default=30, help="training epochs (default: %(default)s)")
-    p.add_argument("--batch-size", type=int, default=32, help="examples per step (default: %(default)s)")
-    p.add_argument("--devices", type=int, default=1, help="data-parallel devices (on the CPU: host devices) sharing each global batch (default: %(default)s)")
-    p.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate (default: %(default)s)")
-    p.add_argument("--ensemble", type=int, default=4, help="models trained from different seeds in one vmapped step (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+    p.add_argument("--data", metavar="FILE.csv", help=f"train on this comma-separated file instead of the diabetes data: a header row naming the columns; rows with missing values are dropped, text columns one-hot encoded (at most {MAX_CATEGORIES} values) or left out, all reported")
+    p.add_argument("--target", metavar="COLUMN", help="the numeric CSV column to predict (with --data)")
+    p.add_argument("--epochs", type=integer(1), default=30, help="training epochs (default: %(default)s)")
+    p.add_argument("--batch-size", type=integer(1), default=32, help="examples per step (default: %(default)s)")
+    p.add_argument("--devices", type=integer(1), default=1, help="data-parallel devices (on the CPU: host devices) sharing each global batch (default: %(default)s)")
+    p.add_argument("--lr", type=positive_float, default=3e-3, help="Adam learning rate (default: %(default)s)")
+    p.add_argument("--ensemble", type=integer(1), default=4, help="models trained from different seeds in one vmapped step (default: %(default)s)")
+    p.add_argument("--seed", type=integer(0), default=0, help="random seed (default: %(default)s)")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32", help="compute dtype (default: %(default)s)")
     p.add_argument("--plot", metavar="FILE.png", help="write the loss curve to this PNG")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

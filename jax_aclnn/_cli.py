@@ -1,0 +1,122 @@
+"""Shared machinery of the command line (``python -m jax_aclnn``): the
+error a user can fix, the check for the ``cli`` extra, and argument types
+that refuse bad option values while parsing.
+
+A :class:`UsageError` raised anywhere in a command (or by argparse) ends
+the command with one line on stderr and exit status 2; ``--debug`` or
+``JAX_ACLNN_DEBUG=1`` prints its traceback first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+PROG = "python -m jax_aclnn"
+DEBUG_ENV = "JAX_ACLNN_DEBUG"
+
+#: What the commands import beyond the library, by import name: the name
+#: pip knows it by. ``pip install "jax_aclnn[cli]"`` installs them all.
+CLI_PACKAGES = {
+    "optax": "optax",
+    "sklearn": "scikit-learn",
+    "tqdm": "tqdm",
+    "rich": "rich",
+    "matplotlib": "matplotlib",
+}
+CLI_INSTALL = 'pip install "jax_aclnn[cli]"'
+
+
+class UsageError(Exception):
+    """A mistake the user can fix (a file, a column, an option value).
+
+    The message names the problem and the fix, on one line. ``prog`` is the
+    command it concerns (``None``: the command being run).
+    """
+
+    def __init__(self, message: str, prog: str | None = None):
+        super().__init__(message)
+        self.prog = prog
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are :class:`UsageError` (so they
+    print like every other user error: one line, exit status 2)."""
+
+    def error(self, message: str):  # argparse's hook; never returns
+        raise UsageError(f"{message} (see {self.prog} --help)", prog=self.prog)
+
+
+def debugging(argv: Sequence[str]) -> bool:
+    """Whether the user asked for tracebacks (``--debug`` or ``$JAX_ACLNN_DEBUG``)."""
+    return "--debug" in argv or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def add_debug_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--debug", action="store_true",
+                   help=f"show a traceback for user errors too (or set {DEBUG_ENV}=1)")
+
+
+def require_cli_packages() -> None:
+    """Raises :class:`UsageError` naming the packages of the ``cli`` extra
+    that are not installed. Looks them up without importing them."""
+    missing = [pip for name, pip in CLI_PACKAGES.items() if importlib.util.find_spec(name) is None]
+    if missing:
+        raise UsageError(f"the command line needs {', '.join(missing)}, not installed; "
+                         f"install it with: {CLI_INSTALL}")
+
+
+def integer(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type``: an integer from ``minimum`` to ``maximum`` (if given)."""
+    wanted = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum or (maximum is not None and value > maximum):
+            raise argparse.ArgumentTypeError(f"must be an integer {wanted}, got {text!r}")
+        return value
+
+    return parse
+
+
+def positive_float(text: str) -> float:
+    """An argparse ``type``: a finite number above zero."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+    return value
+
+
+def comma_list(parse_item: Callable[[str], Any], what: str) -> Callable[[str], list[Any]]:
+    """An argparse ``type``: a comma-separated list of ``parse_item(item)``;
+    ``parse_item`` raises ``ValueError`` on a bad item."""
+
+    def parse(text: str) -> list[Any]:
+        items = [t.strip() for t in text.split(",")]
+        try:
+            return [parse_item(t) for t in items]
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"{e} in {text!r}; expected {what}") from None
+
+    return parse
+
+
+def one_of(choices: Sequence[str]) -> Callable[[str], str]:
+    """A ``parse_item`` for :func:`comma_list`: one of ``choices``."""
+
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise ValueError(f"unknown {text!r}")
+        return text
+
+    return parse

@@ -1,0 +1,255 @@
+"""User errors of ``python -m jax_aclnn train|bench|info``: each ends with
+one line on stderr naming the problem and the fix, exit status 2, and no
+traceback unless asked for. The commands run in this process through
+``main(argv)``: every error here is found before anything is compiled."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from jax_aclnn.__main__ import main
+
+PROG = "python -m jax_aclnn"
+CLI_PACKAGES = {"optax": "optax", "sklearn": "scikit-learn", "tqdm": "tqdm", "rich": "rich",
+                "matplotlib": "matplotlib"}
+
+
+def error_of(capsys, *argv: str) -> str:
+    """The one stderr line of a command that must fail as a user error."""
+    status = main(list(argv))
+    err = capsys.readouterr().err
+    assert status == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(PROG) and ": error: " in lines[0], err
+    return lines[0]
+
+
+def write(path, text: str) -> str:
+    path.write_text(text)
+    return str(path)
+
+
+def numeric_rows(n: int) -> str:
+    return "".join(f"{i},{2 * i},{i % 3}\n" for i in range(n))
+
+
+# --- files ------------------------------------------------------------------
+
+
+def test_missing_file(capsys, tmp_path):
+    line = error_of(capsys, "train", "--data", str(tmp_path / "missing.csv"), "--target", "x")
+    assert "missing.csv: no such file; check the --data path" in line
+
+
+def test_a_folder_is_not_a_file(capsys, tmp_path):
+    assert "is a directory" in error_of(capsys, "train", "--data", str(tmp_path), "--target", "x")
+
+
+def test_unreadable_file(capsys, tmp_path, monkeypatch):
+    csv = write(tmp_path / "locked.csv", "a,y\n")
+
+    def refuse(*args, **kwargs):  # chmod 000 does not stop root, who runs CI
+        raise PermissionError(13, "Permission denied", csv)
+
+    monkeypatch.setattr("jax_aclnn._csv_data.open", refuse, raising=False)
+    assert "permission denied; make the file readable" in error_of(
+        capsys, "train", "--data", csv, "--target", "y")
+
+
+def test_binary_file_is_not_a_csv(capsys, tmp_path):
+    png = tmp_path / "plot.png"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe")
+    line = error_of(capsys, "train", "--data", str(png), "--target", "y")
+    assert "is not a CSV text file (byte 0x89 at offset 0 is not UTF-8 text); save it as a UTF-8 CSV" in line
+
+
+def test_spreadsheet_is_not_a_csv(capsys, tmp_path):
+    import zipfile
+
+    xlsx = tmp_path / "data.xlsx"  # a workbook is a zip archive
+    with zipfile.ZipFile(xlsx, "w") as z:
+        z.writestr(zipfile.ZipInfo("xl/workbook.xml"), b"\xd0\xcf\x11\xe0 binary")
+    line = error_of(capsys, "train", "--data", str(xlsx), "--target", "y")
+    assert "data.xlsx is not a CSV text file (byte 0x" in line and "save it as a UTF-8 CSV" in line
+
+
+def test_empty_file(capsys, tmp_path):
+    csv = write(tmp_path / "empty.csv", "\n\n")
+    assert "empty.csv is empty; it needs a header row" in error_of(
+        capsys, "train", "--data", csv, "--target", "y")
+
+
+def test_no_header(capsys, tmp_path):
+    csv = write(tmp_path / "raw.csv", numeric_rows(20))
+    line = error_of(capsys, "train", "--data", csv, "--target", "y")
+    assert "raw.csv has no header: its first row (0,0,0) is numbers; add a first row naming" in line
+
+
+def test_duplicate_column_names(capsys, tmp_path):
+    csv = write(tmp_path / "d.csv", "a,a,y\n" + numeric_rows(20))
+    assert "column 'a' appears twice" in error_of(capsys, "train", "--data", csv, "--target", "y")
+
+
+def test_row_with_too_few_values(capsys, tmp_path):
+    csv = write(tmp_path / "ragged.csv", "a,b,y\n1,2,3\n4,5\n")
+    assert "line 3 of" in (line := error_of(capsys, "train", "--data", csv, "--target", "y"))
+    assert "has 2 values, its header has 3 columns" in line
+
+
+# --- columns and rows -----------------------------------------------------
+
+
+def test_unknown_target_lists_the_columns(capsys, tmp_path):
+    csv = write(tmp_path / "d.csv", "alpha,beta,price\n" + numeric_rows(20))
+    line = error_of(capsys, "train", "--data", csv, "--target", "Price")
+    assert "no column 'Price' in" in line and "did you mean --target 'price'?" in line
+    assert line.endswith("its columns: alpha, beta, price")
+
+
+@pytest.mark.parametrize("text", ["Notes on the data\nsee the y column\n", "a;b;y\n1;2;3\n4;5;6\n"])
+def test_text_that_is_not_a_csv(capsys, tmp_path, text):
+    csv = write(tmp_path / "d.csv", text)
+    line = error_of(capsys, "train", "--data", csv, "--target", "y")
+    assert "d.csv is not a comma-separated table: its first row (" in line
+    assert ") holds one column; write the column names" in line
+
+
+def test_categorical_target_is_refused(capsys, tmp_path):
+    rows = "".join(f"{i},{i % 4},{['setosa', 'virginica'][i % 2]}\n" for i in range(20))
+    csv = write(tmp_path / "iris.csv", "a,b,species\n" + rows)
+    line = error_of(capsys, "train", "--data", csv, "--target", "species")
+    assert "--target 'species' is not numeric ('setosa' on line 2, 2 distinct values)" in line
+    assert "regression" in line
+
+
+def test_no_usable_feature(capsys, tmp_path):
+    rows = "".join(f"id{i},{i}\n" for i in range(20))
+    csv = write(tmp_path / "d.csv", "name,y\n" + rows)
+    line = error_of(capsys, "train", "--data", csv, "--target", "y")
+    assert "no usable feature column besides 'y'; left out column 'name'" in line
+
+
+def test_too_few_rows(capsys, tmp_path):
+    csv = write(tmp_path / "small.csv", "a,b,y\n" + numeric_rows(9))
+    assert "small.csv has 9 complete rows; train needs at least 10" in error_of(
+        capsys, "train", "--data", csv, "--target", "y")
+
+
+def test_too_few_rows_after_dropping_says_why(capsys, tmp_path):
+    csv = write(tmp_path / "holes.csv", "a,b,y\n" + numeric_rows(8) + "1,,2\nNA,1,2\n3,4,?\n")
+    line = error_of(capsys, "train", "--data", csv, "--target", "y")
+    assert "holes.csv has 8 complete rows; dropped 3 of 11 rows with missing values; train needs at least 10" in line
+
+
+def test_batch_larger_than_the_training_rows(capsys, tmp_path):
+    csv = write(tmp_path / "d.csv", "a,b,y\n" + numeric_rows(20))
+    assert "--batch-size 32 is more than the 16 training rows of d.csv" in error_of(
+        capsys, "train", "--data", csv, "--target", "y")
+
+
+# --- option values ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "--epochs", "-1"], "argument --epochs: must be an integer >= 1, got '-1'"),
+    (["train", "--epochs", "many"], "argument --epochs: must be an integer >= 1, got 'many'"),
+    (["train", "--batch-size", "0"], "argument --batch-size: must be an integer >= 1"),
+    (["train", "--ensemble", "0"], "argument --ensemble: must be an integer >= 1"),
+    (["train", "--devices", "0"], "argument --devices: must be an integer >= 1"),
+    (["train", "--lr", "0"], "argument --lr: must be a number > 0, got '0'"),
+    (["train", "--lr", "nan"], "argument --lr: must be a number > 0, got 'nan'"),
+    (["train", "--seed", "-1"], "argument --seed: must be an integer >= 0, got '-1'"),
+    (["train", "--dtype", "float64"], "argument --dtype: invalid choice: 'float64'"),
+    (["train", "--frobnicate"], "unrecognized arguments: --frobnicate"),
+    (["train", "--devices", "3"], "--batch-size 32 must be a multiple of --devices 3"),
+    (["train", "--devices", "64", "--batch-size", "64"], "--devices 64: only 8 cpu device(s)"),
+    (["train", "--target", "y"], "--target y needs --data FILE.csv"),
+    (["train", "--data", "x.csv"], "--data x.csv needs --target COLUMN"),
+    (["train", "--plot", "/no/such/folder/loss.png"], "no folder /no/such/folder; create it"),
+    (["train", "--plot", "loss.txt"], "not an image type matplotlib writes; end the name with .png"),
+    (["bench", "--sizes", "1K,1X"], "argument --sizes: bad size '1X' in '1K,1X'; expected element counts"),
+    (["bench", "--sizes", "0"], "argument --sizes: bad size '0'"),
+    (["bench", "--ops", "logit_grad,relu"], "argument --ops: unknown 'relu' in 'logit_grad,relu'; expected some of"),
+    (["bench", "--dtypes", "float64"], "argument --dtypes: unknown 'float64'"),
+    (["bench", "--repeats", "0"], "argument --repeats: must be an integer >= 1"),
+    (["bench", "--reuse-repeats", "-1"], "argument --reuse-repeats: must be an integer >= 0"),
+    (["bench", "--bn-channels", "4"], "argument --bn-channels: must be an integer from 16 to 1024, got '4'"),
+    (["info", "--verbose"], "unrecognized arguments: --verbose"),
+])
+def test_bad_option_values(capsys, argv, message):
+    assert message in error_of(capsys, *argv)
+
+
+def test_bench_out_must_be_a_folder(capsys, tmp_path):
+    out = write(tmp_path / "taken", "")
+    assert "--out " + out + " is a file; give a writable folder" in error_of(
+        capsys, "bench", "--sizes", "1K", "--repeats", "1", "--reuse-repeats", "0", "--out", out)
+
+
+@pytest.mark.parametrize("argv", [[], ["fly"]])
+def test_no_or_unknown_command(capsys, argv):
+    status = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert status == 2 and len(err.splitlines()) == 1
+    assert err.startswith(f"{PROG}: error: ") and err.endswith(f"(see {PROG} --help)")
+
+
+# --- tracebacks on request ------------------------------------------------------
+
+
+@pytest.mark.parametrize("ask", ["--debug", "JAX_ACLNN_DEBUG"])
+def test_debug_shows_the_traceback(capsys, tmp_path, monkeypatch, ask):
+    argv = ["train", "--data", str(tmp_path / "missing.csv"), "--target", "x"]
+    if ask == "--debug":
+        argv.append("--debug")
+    else:
+        monkeypatch.setenv(ask, "1")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback") and "UsageError" in err
+    assert err.strip().splitlines()[-1].startswith(f"{PROG} train: error: ")
+
+
+def test_missing_file_from_the_shell():
+    """The real entry point: exit status 2 and one line, no traceback."""
+    out = subprocess.run([sys.executable, "-m", "jax_aclnn", "train", "--data", "missing.csv",
+                          "--target", "x"], capture_output=True, text=True, timeout=120,
+                         cwd=tempfile.gettempdir())
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr == f"{PROG} train: error: missing.csv: no such file; check the --data path\n"
+
+
+# --- the cli extra ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("module", sorted(CLI_PACKAGES))
+@pytest.mark.parametrize("command", ["train", "bench", "info"])
+def test_missing_cli_package(capsys, monkeypatch, module, command):
+    monkeypatch.setitem(sys.modules, module, None)  # as if not installed
+    line = error_of(capsys, command)
+    assert line == (f"{PROG}: error: the command line needs {CLI_PACKAGES[module]}, not installed; "
+                    'install it with: pip install "jax_aclnn[cli]"')
+
+
+def test_missing_cli_package_from_the_shell():
+    script = ("import runpy, sys; sys.modules['rich'] = sys.modules['optax'] = None; "
+              "sys.argv[0] = 'jax_aclnn'; runpy.run_module('jax_aclnn', run_name='__main__')")
+    out = subprocess.run([sys.executable, "-c", script, "info"], capture_output=True, text=True,
+                         timeout=120, cwd=tempfile.gettempdir())
+    assert out.returncode == 2
+    assert out.stderr == (f"{PROG}: error: the command line needs optax, rich, not installed; "
+                          'install it with: pip install "jax_aclnn[cli]"\n')
+
+
+def test_the_library_imports_no_cli_package():
+    script = ("import sys, jax_aclnn; jax_aclnn.swish(jax_aclnn.logit(0.5)); "
+              f"print(sorted(set({sorted(CLI_PACKAGES)!r}) & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120, cwd=tempfile.gettempdir())
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
