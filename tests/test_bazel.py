@@ -6,6 +6,7 @@ installs it and runs this file)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -21,12 +22,16 @@ from conftest import assert_close
 
 ROOT = Path(__file__).resolve().parents[1]
 BAZEL = shutil.which("bazel")
-pytestmark = pytest.mark.skipif(BAZEL is None, reason="bazel is not installed (.ci/bazel installs it)")
+pytestmark = [
+    pytest.mark.skipif(BAZEL is None, reason="bazel is not installed (.ci/bazel installs it)"),
+    pytest.mark.skipif(importlib.util.find_spec("nanobind") is None,
+                       reason="the build's Python lacks nanobind (.ci/bazel installs it)"),
+]
 
 # Runs in the package copy's parent directory: the copy is the jax_aclnn
 # imported. Reads x and g from inputs.npz, writes the results beside it.
 SCRIPT = """
-import json, sys
+import json
 import jax.numpy as jnp, numpy as np
 import jax_aclnn
 from jax_aclnn import _ffi
@@ -54,13 +59,14 @@ def bazel(*args: str) -> str:
 
 @pytest.fixture(scope="module")
 def bazel_package(tmp_path_factory) -> Path:
-    """A directory holding jax_aclnn's Python files and Bazel's libraries."""
+    """jax_aclnn's Python files and, beside them, the libraries that BUILD's
+    py_library ships (its data, at their paths in the package)."""
     bazel("build", "//...")
-    bin_dir = Path(bazel("info", "bazel-bin"))
+    built = Path(bazel("info", "bazel-bin")) / "jax_aclnn"
     package = tmp_path_factory.mktemp("bazel") / "jax_aclnn"
     shutil.copytree(ROOT / "jax_aclnn", package, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
     for library in ("_aclnn_ffi" + sysconfig.get_config_var("EXT_SUFFIX"), "libaclnn_host.so"):
-        shutil.copy(bin_dir / library, package)
+        shutil.copy(built / library, package)
     return package
 
 

@@ -87,10 +87,14 @@ def bazel_targets(highway: bool) -> dict[str, dict]:
     def rule(**attrs):
         targets[attrs["name"]] = attrs
 
+    def alias(name, actual):
+        targets[name] = targets[actual]
+
     namespace = {
         "load": lambda *args: None,
         "package": lambda **attrs: None,
         "glob": lambda *args, **kwargs: [],
+        "alias": alias,
         "HAVE_HIGHWAY": highway,
     }
     namespace.update(dict.fromkeys(["cc_binary", "cc_library", "nanobind_extension", "py_library"], rule))
