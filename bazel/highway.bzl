@@ -1,15 +1,18 @@
 """Repository rule: Highway's headers from the system, when installed.
 
 Mirrors CMakeLists.txt's find_path(HWY_INCLUDE_DIR hwy/highway.h): looks in
-$HWY_INCLUDE_DIR, /usr/include and /usr/local/include (Debian/Ubuntu:
-libhwy-dev). defs.bzl says whether they were found; BUILD uses that to pick
-the same compile definitions as CMake, so without Highway the host provider
-falls back to its portable float16 conversions.
+/usr/include and /usr/local/include (Debian/Ubuntu: libhwy-dev), or only in
+$HWY_INCLUDE_DIR when that is set (as CMake's -DHWY_INCLUDE_DIR=...; a
+directory without Highway turns it off). defs.bzl says whether they were
+found; BUILD uses that to pick the same compile definitions as CMake, so
+without Highway the host provider falls back to its portable float16
+conversions.
 """
 
 def _system_highway_impl(rctx):
-    candidates = [rctx.os.environ.get("HWY_INCLUDE_DIR", ""), "/usr/include", "/usr/local/include"]
-    found = [d for d in candidates if d and rctx.path(d + "/hwy/highway.h").exists]
+    given = rctx.os.environ.get("HWY_INCLUDE_DIR")
+    candidates = [given] if given != None else ["/usr/include", "/usr/local/include"]
+    found = [d for d in candidates if rctx.path(d + "/hwy/highway.h").exists]
     if found:
         rctx.symlink(found[0] + "/hwy", "include/hwy")
     rctx.file("BUILD", """\
