@@ -141,8 +141,9 @@ def test_compile_flags_agree(cmake_target, bazel_target, highway):
     definitions (the Highway flags that build_info() reports)."""
     cmake = cmake_target_flags(highway)[cmake_target]
     bazel = bazel_targets(highway)[bazel_target]
-    assert set(bazel.get("copts", [])) == cmake.get("options", set())
-    assert set(bazel.get("local_defines", [])) == cmake.get("definitions", set())
+    advice = f"BUILD's {bazel_target} follows CMakeLists.txt's {cmake_target} (defaults)"
+    assert set(bazel.get("copts", [])) == cmake.get("options", set()), advice
+    assert set(bazel.get("local_defines", [])) == cmake.get("definitions", set()), advice
 
 
 def test_host_provider_exports_exactly_the_aclnn_abi():
