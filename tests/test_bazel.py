@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -58,16 +59,20 @@ def bazel(*args: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def bazel_package(tmp_path_factory) -> Path:
+def bazel_package(tmp_path_factory) -> Iterator[Path]:
     """jax_aclnn's Python files and, beside them, the libraries that BUILD's
-    py_library ships (its data, at their paths in the package)."""
-    bazel("build", "//...")
-    built = Path(bazel("info", "bazel-bin")) / "jax_aclnn"
-    package = tmp_path_factory.mktemp("bazel") / "jax_aclnn"
-    shutil.copytree(ROOT / "jax_aclnn", package, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
-    for library in ("_aclnn_ffi" + sysconfig.get_config_var("EXT_SUFFIX"), "libaclnn_host.so"):
-        shutil.copy(built / library, package)
-    return package
+    py_library ships (its data, at their paths in the package). Leaves no
+    Bazel server running."""
+    try:
+        bazel("build", "//...")
+        built = Path(bazel("info", "bazel-bin")) / "jax_aclnn"
+        package = tmp_path_factory.mktemp("bazel") / "jax_aclnn"
+        shutil.copytree(ROOT / "jax_aclnn", package, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+        for library in ("_aclnn_ffi" + sysconfig.get_config_var("EXT_SUFFIX"), "libaclnn_host.so"):
+            shutil.copy(built / library, package)
+        yield package
+    finally:
+        bazel("shutdown")
 
 
 def test_bazel_built_extension_runs_an_operator(bazel_package):
