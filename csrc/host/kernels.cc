@@ -21,10 +21,12 @@ constexpr int64_t kGrain = 1 << 15;
 // exp(x) in float, vectorisable (Cephes polynomial, about 1 ulp; the build
 // passes -fno-trapping-math so that the loops around it if-convert). x is
 // clamped to the finite range with plain selects (std::min/max's NaN rules
-// cost extra instructions per vector); callers handle NaN themselves.
+// cost extra instructions per vector), which also send NaN to the lower
+// bound, so that n below is an integer in [-126, 128]; callers handle NaN
+// themselves.
 inline float ExpF(float x) {
-  x = x < -87.33654475f ? -87.33654475f : x;
-  x = x > 88.72283905f ? 88.72283905f : x;
+  x = x > -87.33654475f ? x : -87.33654475f;
+  x = x < 88.72283905f ? x : 88.72283905f;
   const float n = std::floor(x * 1.44269504088896341f + 0.5f);  // x = n ln2 + r
   const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
@@ -34,7 +36,7 @@ inline float ExpF(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  const uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
   return p * __builtin_bit_cast(float, bits);
 }
 
