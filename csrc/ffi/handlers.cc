@@ -216,7 +216,9 @@ ffi::Error GetWorkspaceSize(const Op& op, const AclnnApi& api, Descriptors& d,
 // Workspace sources. On the NPU: XLA's scratch allocator (device memory
 // owned by the framework for the duration of the call). XLA's CPU runtime
 // has no scratch allocator, so on the CPU: a per-thread buffer that grows
-// to the largest workspace seen and is reused, with no allocation per call.
+// to the largest workspace seen up to kRetainedWorkspace bytes and is
+// reused, with no allocation per call; a larger workspace is the call's own
+// and freed when it returns, so a thread never keeps more than that.
 struct ScratchWorkspace {
   ffi::ScratchAllocator& scratch;
   void* operator()(uint64_t size) const {
@@ -225,8 +227,15 @@ struct ScratchWorkspace {
   }
 };
 
+constexpr uint64_t kRetainedWorkspace = uint64_t{16} << 20;
+
 struct HostWorkspace {
+  mutable std::unique_ptr<std::byte[]> own;  // a workspace above kRetainedWorkspace
   void* operator()(uint64_t size) const {
+    if (size > kRetainedWorkspace) {
+      own.reset(new (std::nothrow) std::byte[size]);
+      return own.get();
+    }
     thread_local std::unique_ptr<std::byte[]> buffer;
     thread_local uint64_t capacity = 0;
     if (size > capacity) {
