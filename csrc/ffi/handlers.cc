@@ -68,9 +68,8 @@ const char* StatusName(aclnnStatus status) {
 }
 
 // A non-zero aclnnStatus as an ffi::Error naming the call, the status and
-// the provider's last-error message.
-// Parameter errors (161xxx) are the caller's: INVALID_ARGUMENT; the rest
-// (runtime and inner errors) INTERNAL.
+// the provider's last-error message: INVALID_ARGUMENT for parameter errors
+// (161001, 161002), INTERNAL for runtime and inner errors.
 ffi::Error StatusError(const AclnnApi& api, const std::string& call, aclnnStatus status) {
   const char* msg = api.aclGetRecentErrMsg ? api.aclGetRecentErrMsg() : nullptr;
   const bool parameter_error =
