@@ -89,11 +89,16 @@ _STRAY_STREAMS = textwrap.dedent(
     """
     import ctypes, mmap, numpy as np
     from host_abi import LIB, Strided
-    unmapped = mmap.mmap(-1, 4096)
-    address = ctypes.addressof(ctypes.c_char.from_buffer(unmapped))
-    del address  # the address of a page about to be unmapped
-    garbage = np.frombuffer(b"JAXACLN!" * 8, np.uint8)  # heap memory of the right size
-    streams = [0x10, 0xDEAD0000, 2**63 - 8, 0xFFFFFFFFFFFFFFF8, garbage.ctypes.data]
+    page = mmap.mmap(-1, 4096)
+    view = ctypes.c_char.from_buffer(page)
+    unmapped = ctypes.addressof(view)
+    del view
+    page.close()  # `unmapped` now points at no mapping
+    # A look-alike host stream on the heap: the magic tag, 8 threads and a
+    # parallel_for that would crash if it were called.
+    look_alike = np.array([0x4E4C43414A58414A, 8, 0, 0xDEAD], np.uint64)
+    streams = [0x10, 0xDEAD0000, unmapped, 2**63 - 8, 0xFFFFFFFFFFFFFFF8,
+               look_alike.ctypes.data]
     for stream in streams:
         x = Strided(np.linspace(-3, 3, 6, dtype=np.float32), (2, 3), (3, 1), 0)
         g = Strided(np.ones(6, np.float32), (2, 3), (3, 1), 0)
@@ -131,3 +136,23 @@ def test_swish_of_nan_and_inf_is_nan_without_undefined_behaviour():
     assert np.isnan(out.storage[:4]).all()
     s = 1 / (1 + np.exp(-1.0))
     np.testing.assert_allclose(out.storage[4:], [0.5, s * (2 - s)], rtol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(16, 4 << 20), (1, 1 << 24), (4096, 3, 5), (8, 300, 70000)])
+def test_batch_norm_reduce_workspace_is_bounded(shape):
+    """Once ~280 bytes per channel (1.1 GiB at C = 4M); now a bounded window
+    (RSS figures: ``python -m jax_aclnn bench --bn-memory-channels 4M``)."""
+    c = shape[1]
+    x = create_tensor(shape, F32, None, 0, shape, DATA)  # never read: only the first phase runs
+    vec = [create_tensor((c,), F32, None, 0, (c,), DATA) for _ in range(7)]
+    ws, ex = ctypes.c_uint64(), ctypes.c_void_p()
+    try:
+        assert LIB.aclnnBatchNormReduceBackwardGetWorkspaceSize(
+            x, x, vec[0], vec[1], vec[2], True, True, True, *vec[3:], ctypes.byref(ws),
+            ctypes.byref(ex)) == 0, error_message()
+        assert ws.value <= 5 << 20, ws.value
+        assert LIB.aclSetAclOpExecutorRepeatable(ex) == 0  # so that it can be destroyed unrun
+        assert LIB.aclDestroyAclOpExecutor(ex) == 0
+    finally:
+        for t in [x, *vec]:
+            LIB.aclDestroyTensor(t)

@@ -355,7 +355,3 @@ def test_batch_norm_reduce_backward(data):
     finally:
         if repeatable:
             assert LIB.aclDestroyAclOpExecutor(ex) == 0
-
-
-def test_fuzz_example_count_is_bounded_for_the_normal_suite():
-    assert EXAMPLES >= 1
