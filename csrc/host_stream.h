@@ -4,7 +4,10 @@
 // FFI handler passes a pointer to this struct instead, which hands the
 // provider XLA's intra-op thread pool (the FFI ThreadPool context): the
 // provider runs its kernels on XLA's threads and never starts its own.
-// A null stream, or one without the magic tag, runs on the calling thread.
+// The handler makes it in its own frame, on the stack of the thread that
+// calls aclnnXxx; the provider reads a stream only there (anything else,
+// a null or stray pointer included, is never followed), and one without the
+// magic tag runs on the calling thread.
 #ifndef JAX_ACLNN_HOST_STREAM_H_
 #define JAX_ACLNN_HOST_STREAM_H_
 

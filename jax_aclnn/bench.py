@@ -14,6 +14,11 @@ For each operator, size and dtype, under ``jax.jit``:
   reduce only reads, without a copy's write-allocate traffic, so it can
   exceed 100% of it.
 
+With ``--bn-memory-channels C`` it measures the resident memory (RSS) of a
+process around one batch-norm reduce of a (16, C) float32 input, through
+aclnn and through the pure-JAX reference, before the call, after it, and
+after the program is freed (``jax.clear_caches()``).
+
 It then measures what executor reuse saves (:func:`set_executor_reuse`):
 a jitted training step of the ``train`` job (all five operators in its
 gradient) and a chain of tiny calls, alternately with reuse on and off.
@@ -31,6 +36,8 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -268,6 +275,51 @@ def print_reuse_table(results: dict[str, dict[str, Any]]) -> None:
          for name, r in results.items()])
 
 
+#: One batch-norm reduce of a (16, C) float32 input in a fresh process;
+#: prints its RSS (MiB) before the call, after it, and after clear_caches.
+_BN_MEMORY_SCRIPT = """
+import gc, sys, jax, jax.numpy as jnp
+import jax_aclnn as aclnn
+def rss():
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) / 1024 for l in f if l.startswith("VmRSS:"))
+c = int(sys.argv[1])
+g, x = (jax.random.normal(jax.random.key(i), (16, c)) for i in range(2))
+m, s = jnp.zeros(c), jnp.ones(c)
+f = jax.jit(lambda g, x, m, s: aclnn.batch_norm_reduce_backward(g, x, m, s, None))
+jax.block_until_ready((g, x, m, s))
+before = rss()
+out = jax.block_until_ready(f(g, x, m, s))
+after = rss()
+del out, f
+jax.clear_caches()
+gc.collect()
+print(before, after, rss())
+"""
+
+
+def bn_reduce_memory(channels: int) -> dict[str, dict[str, float]]:
+    """RSS in MiB around a (16, channels) batch-norm reduce, per path."""
+    package_root = str(Path(aclnn.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([package_root, os.environ.get("PYTHONPATH", "")]))
+    results = {}
+    for path, reference in (("aclnn", ""), ("pure JAX", "batch_norm_reduce_backward")):
+        out = subprocess.run([sys.executable, "-c", _BN_MEMORY_SCRIPT, str(channels)],
+                             env=dict(env, JAX_ACLNN_REFERENCE=reference), capture_output=True,
+                             text=True, check=True).stdout.split()
+        before, after, freed = map(float, out)
+        results[path] = {"before_mib": before, "after_call_mib": after, "after_clear_caches_mib": freed}
+    return results
+
+
+def print_memory_table(channels: int, results: dict[str, dict[str, float]]) -> None:
+    print_table(
+        f"batch-norm reduce, (16, {channels:,}) float32: process RSS",
+        ["path", "before", "after the call", "after clear_caches"], 1,
+        [[path, *(f"{r[k]:,.0f} MiB" for k in ("before_mib", "after_call_mib", "after_clear_caches_mib"))]
+         for path, r in results.items()])
+
+
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     global torch
     # PyTorch's OpenMP threads otherwise spin for a while after each of its
@@ -288,13 +340,18 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     for r in rows:
         r["copy_fraction"] = r["aclnn_gbps"] / bandwidth
     print_results(rows, bandwidth)
+    memory = None
+    if args.bn_memory_channels:
+        memory = bn_reduce_memory(args.bn_memory_channels)
+        print_memory_table(args.bn_memory_channels, memory)
     reuse = None
     if args.reuse_repeats > 0:
         reuse = reuse_overhead(args.reuse_repeats)
         print_reuse_table(reuse)
     if out is not None:
         (out / "bench.json").write_text(json.dumps(
-            {"copy_gbps": bandwidth, "rows": rows, "executor_reuse": reuse}, indent=2))
+            {"copy_gbps": bandwidth, "rows": rows, "executor_reuse": reuse,
+             "bn_reduce_memory": memory}, indent=2))
         plot(rows, bandwidth, out / "bench.png")
         print(f"wrote {out / 'bench.json'} and {out / 'bench.png'}")
     return rows
@@ -353,6 +410,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma-separated dtypes (default: %(default)s)")
     p.add_argument("--repeats", type=integer(1), default=15, help="timed pairs per case (default: %(default)s)")
     p.add_argument("--bn-channels", type=integer(16, 1024), default=256, help="channels of the batch-norm shapes, 16 to 1024 (default: %(default)s)")
+    p.add_argument("--bn-memory-channels", type=parse_size, metavar="C", help="also measure RSS around a (16, C) batch-norm reduce, e.g. 4M (default: skipped)")
     p.add_argument("--reuse-repeats", type=integer(0), default=200, help="paired runs with executor reuse on and off; 0 skips (default: %(default)s)")
     p.add_argument("--out", metavar="DIR", help="write bench.json and bench.png here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

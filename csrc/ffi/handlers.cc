@@ -68,34 +68,37 @@ const char* StatusName(aclnnStatus status) {
 }
 
 // A non-zero aclnnStatus as an ffi::Error naming the call, the status and
-// the provider's last-error message.
+// the provider's last-error message: INVALID_ARGUMENT for parameter errors
+// (161001, 161002), INTERNAL for runtime and inner errors.
 ffi::Error StatusError(const AclnnApi& api, const std::string& call, aclnnStatus status) {
   const char* msg = api.aclGetRecentErrMsg ? api.aclGetRecentErrMsg() : nullptr;
-  return ffi::Error(ffi::ErrorCode::kInternal,
+  const bool parameter_error =
+      status == ACLNN_ERR_PARAM_NULLPTR || status == ACLNN_ERR_PARAM_INVALID;
+  return ffi::Error(parameter_error ? ffi::ErrorCode::kInvalidArgument : ffi::ErrorCode::kInternal,
                     call + " failed: aclnnStatus " + std::to_string(status) + " (" +
                         StatusName(status) + "): " + (msg && *msg ? msg : "no message"));
 }
 
-// aclTensor / aclScalar descriptors of one call, destroyed together.
+constexpr int kMaxInputs = 5, kMaxOutputs = 4;
+
+// aclTensor / aclScalar descriptors of one call, destroyed together. The
+// capacity covers every operator's buffers and attributes; running past it
+// is an error, never a write out of bounds.
 class Descriptors {
  public:
-  Descriptors() = default;
+  explicit Descriptors(const AclnnApi& api) : api_(&api) {}
   Descriptors(const Descriptors&) = delete;
   Descriptors& operator=(const Descriptors&) = delete;
-  ~Descriptors() { Reset(); }
-
-  void Reset() {
+  ~Descriptors() {
     for (int i = 0; i < num_tensors_; ++i) api_->aclDestroyTensor(tensors_[i]);
     for (int i = 0; i < num_scalars_; ++i) api_->aclDestroyScalar(scalars_[i]);
     Count(Stats().live_tensors, -(num_tensors_ + num_scalars_));
-    num_tensors_ = num_scalars_ = 0;
   }
-
-  void SetApi(const AclnnApi* api) { api_ = api; }
 
   // A contiguous ND descriptor of `buffer` (null buffer: null descriptor).
   ffi::ErrorOr<aclTensor*> Tensor(const ffi::AnyBuffer* buffer) {
     if (buffer == nullptr) return static_cast<aclTensor*>(nullptr);
+    if (num_tensors_ == static_cast<int>(tensors_.size())) return ffi::Unexpected(Full("tensor"));
     ffi::ErrorOr<aclDataType> dtype = ToAclDataType(buffer->element_type());
     if (dtype.has_error()) return ffi::Unexpected(dtype.error());
     auto dims = buffer->dimensions();
@@ -117,42 +120,63 @@ class Descriptors {
     return t;
   }
 
+  // An attribute as an aclScalar. Called by an operator's first phase,
+  // which can only answer with an aclnnStatus: the error is also kept for
+  // failure().
   ffi::ErrorOr<aclScalar*> Scalar(float value) {
+    if (num_scalars_ == static_cast<int>(scalars_.size())) {
+      failure_ = Full("scalar");
+      return ffi::Unexpected(*failure_);
+    }
     aclScalar* s = api_->aclCreateScalar(&value, ACL_FLOAT);
-    if (s == nullptr)
-      return ffi::Unexpected(StatusError(*api_, "aclCreateScalar", ACLNN_ERR_INNER_NULLPTR));
+    if (s == nullptr) {
+      failure_ = StatusError(*api_, "aclCreateScalar", ACLNN_ERR_INNER_NULLPTR);
+      return ffi::Unexpected(*failure_);
+    }
     scalars_[num_scalars_++] = s;
     Count(Stats().live_tensors);
     return s;
   }
 
+  const std::optional<ffi::Error>& failure() const { return failure_; }
+
  private:
-  const AclnnApi* api_ = nullptr;
-  aclTensor* tensors_[10];
-  aclScalar* scalars_[2];
+  static ffi::Error Full(const char* what) {
+    return ffi::Error::Internal(std::string("jax_aclnn: more ") + what +
+                                " descriptors than one call has");
+  }
+
+  const AclnnApi* api_;
+  std::array<aclTensor*, kMaxInputs + kMaxOutputs> tensors_{};
+  std::array<aclScalar*, 2> scalars_{};
   int num_tensors_ = 0, num_scalars_ = 0;
+  std::optional<ffi::Error> failure_;
 };
 
-constexpr int kMaxInputs = 5, kMaxOutputs = 4;
-
-// Per call site: a repeatable executor with its descriptors.
-struct CallState {
-  static ffi::TypeId id;
+// A repeatable executor with the descriptors it was built from. Made whole
+// by one call and only then handed to its call site; the executor is
+// destroyed before its descriptors.
+struct CachedExecutor {
+  explicit CachedExecutor(const AclnnApi& api) : api(&api), descriptors(api) {}
+  ~CachedExecutor() {
+    if (executor == nullptr) return;
+    api->aclDestroyAclOpExecutor(executor);
+    Count(Stats().live_executors, -1);
+  }
+  const AclnnApi* api;  // provider that made `executor`
   Descriptors descriptors;
-  const AclnnApi* api = nullptr;  // provider that made `executor`
-  aclOpExecutor* executor = nullptr;
   aclTensor* inputs[kMaxInputs] = {};
   aclTensor* outputs[kMaxOutputs] = {};
   uint64_t workspace_size = 0;
+  aclOpExecutor* executor = nullptr;
+};
+
+// Per call site: its cached executor, once one call has made it.
+struct CallState {
+  static ffi::TypeId id;
+  std::unique_ptr<CachedExecutor> cached;
   bool refused = false;            // the provider refused repeatability
   std::atomic<bool> busy{false};   // a concurrent call falls back to one-shot
-
-  ~CallState() {
-    if (executor != nullptr) {
-      api->aclDestroyAclOpExecutor(executor);
-      Count(Stats().live_executors, -1);
-    }
-  }
 };
 ffi::TypeId CallState::id = {};
 
@@ -169,7 +193,6 @@ ffi::Error GetWorkspaceSize(const Op& op, const AclnnApi& api, Descriptors& d,
                             const Buffers<Op::kNumInputs, Op::kNumOutputs>& b,
                             aclTensor** in, aclTensor** out, uint64_t* workspace_size,
                             aclOpExecutor** executor) {
-  d.SetApi(&api);
   for (int i = 0; i < Op::kNumInputs; ++i) {
     auto t = d.Tensor(b.in[i]);
     if (t.has_error()) return t.error();
@@ -182,6 +205,7 @@ ffi::Error GetWorkspaceSize(const Op& op, const AclnnApi& api, Descriptors& d,
   }
   Count(Stats().calls[Op::kId].get_workspace_size);
   aclnnStatus st = op.GetWorkspaceSize(api, d, in, out, workspace_size, executor);
+  if (d.failure()) return *d.failure();
   if (st != ACLNN_SUCCESS)
     return StatusError(api, std::string(kAclnnOpNames[Op::kId]) + "GetWorkspaceSize", st);
   Count(Stats().live_executors);
@@ -191,7 +215,9 @@ ffi::Error GetWorkspaceSize(const Op& op, const AclnnApi& api, Descriptors& d,
 // Workspace sources. On the NPU: XLA's scratch allocator (device memory
 // owned by the framework for the duration of the call). XLA's CPU runtime
 // has no scratch allocator, so on the CPU: a per-thread buffer that grows
-// to the largest workspace seen and is reused, with no allocation per call.
+// to the largest workspace seen up to kRetainedWorkspace bytes and is
+// reused, with no allocation per call; a larger workspace is the call's own
+// and freed when it returns, so a thread never keeps more than that.
 struct ScratchWorkspace {
   // XLA's device-memory allocation refuses alignments above 16
   // (kMaxAlignment in xla/ffi/ffi_api.cc); device allocations are aligned
@@ -204,8 +230,15 @@ struct ScratchWorkspace {
   }
 };
 
+constexpr uint64_t kRetainedWorkspace = uint64_t{16} << 20;
+
 struct HostWorkspace {
+  mutable std::unique_ptr<std::byte[]> own;  // a workspace above kRetainedWorkspace
   void* operator()(uint64_t size) const {
+    if (size > kRetainedWorkspace) {
+      own.reset(new (std::nothrow) std::byte[size]);
+      return own.get();
+    }
     thread_local std::unique_ptr<std::byte[]> buffer;
     thread_local uint64_t capacity = 0;
     if (size > capacity) {
@@ -245,7 +278,7 @@ template <typename Op, typename Workspace>
 ffi::Error RunOneShot(const Op& op, const AclnnApi& api, aclrtStream stream,
                       const Workspace& workspace,
                       const Buffers<Op::kNumInputs, Op::kNumOutputs>& b) {
-  Descriptors d;
+  Descriptors d(api);
   aclTensor* in[kMaxInputs];
   aclTensor* out[kMaxOutputs];
   uint64_t ws = 0;
@@ -254,52 +287,56 @@ ffi::Error RunOneShot(const Op& op, const AclnnApi& api, aclrtStream stream,
   return Execute<Op>(api, ex, ws, /*consumed=*/true, stream, workspace);
 }
 
-// Uses (or first creates) the call site's repeatable executor.
+// Uses (or first creates) the call site's repeatable executor. A failed
+// first call leaves the call site as it was: nothing is kept.
 template <typename Op, typename Workspace>
 ffi::Error RunCached(const Op& op, const AclnnApi& api, aclrtStream stream,
                      const Workspace& workspace, CallState& s,
                      const Buffers<Op::kNumInputs, Op::kNumOutputs>& b) {
-  if (s.executor == nullptr) {
+  if (s.cached == nullptr) {
+    auto c = std::make_unique<CachedExecutor>(api);
     aclOpExecutor* ex = nullptr;
-    if (ffi::Error e = GetWorkspaceSize(op, api, s.descriptors, b, s.inputs, s.outputs,
-                                        &s.workspace_size, &ex);
+    if (ffi::Error e = GetWorkspaceSize(op, api, c->descriptors, b, c->inputs, c->outputs,
+                                        &c->workspace_size, &ex);
         e.failure())
       return e;
     if (api.aclSetAclOpExecutorRepeatable(ex) != ACLNN_SUCCESS) {
       s.refused = true;
-      ffi::Error e = Execute<Op>(api, ex, s.workspace_size, /*consumed=*/true, stream, workspace);
-      s.descriptors.Reset();
-      return e;
+      return Execute<Op>(api, ex, c->workspace_size, /*consumed=*/true, stream, workspace);
     }
-    s.api = &api;
-    s.executor = ex;
+    c->executor = ex;
+    s.cached = std::move(c);
   } else {
+    CachedExecutor& c = *s.cached;
     for (int i = 0; i < Op::kNumInputs; ++i) {
-      if (b.in[i] == nullptr) continue;
+      if (b.in[i] == nullptr || b.in[i]->element_count() == 0) continue;  // nothing to read
       void* addr = const_cast<void*>(b.in[i]->untyped_data());
-      if (aclnnStatus st = api.aclSetInputTensorAddr(s.executor, i, s.inputs[i], addr))
+      if (aclnnStatus st = api.aclSetInputTensorAddr(c.executor, i, c.inputs[i], addr))
         return StatusError(api, "aclSetInputTensorAddr", st);
     }
     for (int i = 0; i < Op::kNumOutputs; ++i) {
-      if (b.out[i] == nullptr) continue;
+      if (b.out[i] == nullptr || b.out[i]->element_count() == 0) continue;
       if (aclnnStatus st =
-              api.aclSetOutputTensorAddr(s.executor, i, s.outputs[i], b.out[i]->untyped_data()))
+              api.aclSetOutputTensorAddr(c.executor, i, c.outputs[i], b.out[i]->untyped_data()))
         return StatusError(api, "aclSetOutputTensorAddr", st);
     }
   }
-  return Execute<Op>(api, s.executor, s.workspace_size, /*consumed=*/false, stream, workspace);
+  return Execute<Op>(api, s.cached->executor, s.cached->workspace_size, /*consumed=*/false,
+                     stream, workspace);
 }
 
 template <typename Op, typename Workspace>
 ffi::Error Run(const Op& op, const AclnnApi& api, aclrtStream stream,
                const Workspace& workspace, CallState* state,
                const Buffers<Op::kNumInputs, Op::kNumOutputs>& b) {
-  const bool reusable = state != nullptr && api.supports_executor_reuse && !state->refused &&
-                        executor_reuse.load(std::memory_order_relaxed) &&
-                        (state->api == nullptr || state->api == &api);
-  if (!reusable || state->busy.exchange(true, std::memory_order_acquire))
+  if (state == nullptr || !api.supports_executor_reuse ||
+      !executor_reuse.load(std::memory_order_relaxed) ||
+      state->busy.exchange(true, std::memory_order_acquire))
     return RunOneShot(op, api, stream, workspace, b);
-  ffi::Error e = RunCached(op, api, stream, workspace, *state, b);
+  const bool reusable =
+      !state->refused && (state->cached == nullptr || state->cached->api == &api);
+  ffi::Error e = reusable ? RunCached(op, api, stream, workspace, *state, b)
+                          : RunOneShot(op, api, stream, workspace, b);
   state->busy.store(false, std::memory_order_release);
   return e;
 }

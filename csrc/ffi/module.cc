@@ -90,6 +90,9 @@ NB_MODULE(_aclnn_ffi, m) {
 #else
     info += ", host provider float16 conversions: portable";
 #endif
+#ifdef JAX_ACLNN_SANITIZERS
+    info += ", sanitizers: " JAX_ACLNN_SANITIZERS;
+#endif
     info += ", XLA FFI API " + std::to_string(XLA_FFI_API_MAJOR) + "." + std::to_string(XLA_FFI_API_MINOR);
     return info;
   });

@@ -21,10 +21,12 @@ constexpr int64_t kGrain = 1 << 15;
 // exp(x) in float, vectorisable (Cephes polynomial, about 1 ulp; the build
 // passes -fno-trapping-math so that the loops around it if-convert). x is
 // clamped to the finite range with plain selects (std::min/max's NaN rules
-// cost extra instructions per vector); callers handle NaN themselves.
+// cost extra instructions per vector), which also send NaN to the lower
+// bound, so that n below is an integer in [-126, 128]; callers handle NaN
+// themselves.
 inline float ExpF(float x) {
-  x = x < -87.33654475f ? -87.33654475f : x;
-  x = x > 88.72283905f ? 88.72283905f : x;
+  x = x > -87.33654475f ? x : -87.33654475f;
+  x = x < 88.72283905f ? x : 88.72283905f;
   const float n = std::floor(x * 1.44269504088896341f + 0.5f);  // x = n ln2 + r
   const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
@@ -34,7 +36,7 @@ inline float ExpF(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  const uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
   return p * __builtin_bit_cast(float, bits);
 }
 
@@ -306,7 +308,7 @@ void BnPartialShortRows(const BnShape& s, const View& g, const View& x, const fl
   const int64_t w = (c1 - c0) * s.inner;
   const int64_t gsize = ElementSize(g.dtype), xsize = ElementSize(x.dtype);
   for (int64_t c = c0; c < c1; ++c)
-    std::fill(row_mean + (c - c0) * s.inner, row_mean + (c - c0 + 1) * s.inner, mean[c]);
+    std::fill(row_mean + (c - c0) * s.inner, row_mean + (c - c0 + 1) * s.inner, mean[c - c0]);
   for (int64_t r0 = n0; r0 < n1; r0 += kBnFlushRows) {
     const int64_t r1 = std::min(n1, r0 + kBnFlushRows);
     std::fill(acc_dy, acc_dy + w, 0.0f);
@@ -352,8 +354,8 @@ void BnPartialShortRows(const BnShape& s, const View& g, const View& x, const fl
         sum_dy += dy[i];
         sum_xmu += xmu[i];
       }
-      partial[2 * c] += sum_dy;
-      partial[2 * c + 1] += sum_xmu;
+      partial[2 * (c - c0)] += sum_dy;
+      partial[2 * (c - c0) + 1] += sum_xmu;
     }
   }
 }
@@ -366,7 +368,7 @@ void BnPartialLongRows(const BnShape& s, const View& g, const View& x, const flo
   const int64_t sg = InnerStride(g), sx = InnerStride(x);
   for (int64_t n = n0; n < n1; ++n) {
     for (int64_t c = c0; c < c1; ++c) {
-      const float m = mean[c];
+      const float m = mean[c - c0];
       double dy = 0.0, xmu = 0.0;
       for (int64_t i = 0; i < s.inner; i += kChunk) {
         const int64_t len = std::min(kChunk, s.inner - i);
@@ -381,37 +383,64 @@ void BnPartialLongRows(const BnShape& s, const View& g, const View& x, const flo
         dy += a;
         xmu += b;
       }
-      partial[2 * c] += dy;
-      partial[2 * c + 1] += xmu;
+      partial[2 * (c - c0)] += dy;
+      partial[2 * (c - c0) + 1] += xmu;
     }
   }
 }
 
-// Partial sums of batch block `bb` for channel block `cb`: partial[2c] and
-// partial[2c + 1] hold (sum dy, sum dy * (x - mean)) in double.
-void BnPartial(const BnShape& s, const View& g, const View& x, const float* mean, int64_t bb,
-               int64_t cb, double* partial) {
+// Partial sums of batch block `bb` for channel block `cb`, inside the
+// window of channels starting at `w0`: partial[2(c - w0)] and
+// partial[2(c - w0) + 1] hold (sum dy, sum dy * (x - mean)) in double;
+// mean[c - w0] is channel c's mean. (BnPartialShortRows/LongRows index
+// both from their first channel c0.)
+void BnPartial(const BnShape& s, const View& g, const View& x, const float* mean, int64_t w0,
+               int64_t bb, int64_t cb, double* partial) {
   const int64_t n0 = s.outer * bb / s.batch_blocks, n1 = s.outer * (bb + 1) / s.batch_blocks;
   const int64_t c0 = cb * s.channel_block, c1 = std::min(s.channels, c0 + s.channel_block);
-  for (int64_t c = c0; c < c1; ++c) partial[2 * c] = partial[2 * c + 1] = 0.0;
+  mean += c0 - w0;
+  partial += 2 * (c0 - w0);
+  std::fill(partial, partial + 2 * (c1 - c0), 0.0);
   if (s.inner < kBnRowWidth && RowsContiguous(g, s.inner) && RowsContiguous(x, s.inner))
     BnPartialShortRows(s, g, x, mean, n0, n1, c0, c1, partial);
   else
     BnPartialLongRows(s, g, x, mean, n0, n1, c0, c1, partial);
 }
 
-void StoreChannels(const View* out, const float* values, int64_t channels) {
+// Element c of a (C,) view.
+char* Channel(const View& v, int64_t c) {
+  return static_cast<char*>(v.data) + c * v.strides[0] * ElementSize(v.dtype);
+}
+
+void StoreChannels(const View* out, const float* values, int64_t c0, int64_t channels) {
   if (out == nullptr) return;
-  StoreFromFloat(out->dtype, values, channels, out->data, out->strides[0]);
+  StoreFromFloat(out->dtype, values, channels, Channel(*out, c0), out->strides[0]);
+}
+
+// Channels are reduced a window at a time, so that the workspace is
+// bounded whatever C is: whole channel blocks whose partial sums and float
+// vectors take at most kBnWindowBytes (or one channel block, at most
+// 16384 x (16 x 16 + 24) bytes). Windows change neither the partial sums
+// nor their combine order: the results are the same bits for any window.
+constexpr int64_t kBnWindowBytes = int64_t{4} << 20;
+
+// Bytes per channel of a window: the batch blocks' double partials, then
+// the float vectors mean, invstd and the four results.
+int64_t BnBytesPerChannel(const BnShape& s) {
+  return s.batch_blocks * 2 * static_cast<int64_t>(sizeof(double)) + 6 * sizeof(float);
+}
+
+int64_t BnWindowChannels(const BnShape& s) {
+  const int64_t blocks =
+      std::max<int64_t>(1, kBnWindowBytes / (BnBytesPerChannel(s) * s.channel_block));
+  return std::min(s.channels, blocks * s.channel_block);
 }
 
 }  // namespace
 
 uint64_t BatchNormReduceWorkspaceSize(const View& input) {
   const BnShape s = BnShapeOf(input);
-  // partial sums, then the (C,) float vectors: mean, invstd and 4 results.
-  return static_cast<uint64_t>(s.batch_blocks * s.channels * 2) * sizeof(double) +
-         static_cast<uint64_t>(6 * s.channels) * sizeof(float);
+  return static_cast<uint64_t>(BnWindowChannels(s) * BnBytesPerChannel(s));
 }
 
 void RunBatchNormReduce(const View& grad_out, const View& input, const View& mean_v,
@@ -420,31 +449,35 @@ void RunBatchNormReduce(const View& grad_out, const View& input, const View& mea
   const BnShape s = BnShapeOf(input);
   const int64_t C = s.channels;
   if (C == 0) return;
+  const int64_t W = BnWindowChannels(s);
   double* partials = static_cast<double*>(workspace);
-  float* mean = reinterpret_cast<float*>(partials + s.batch_blocks * C * 2);
-  float* invstd = mean + C;
-  float* sums[4] = {invstd + C, invstd + 2 * C, invstd + 3 * C, invstd + 4 * C};
-  LoadAsFloat(mean_v.dtype, mean_v.data, mean_v.strides[0], C, mean);
-  LoadAsFloat(invstd_v.dtype, invstd_v.data, invstd_v.strides[0], C, invstd);
-
-  const int64_t num_tasks = s.batch_blocks * s.channel_blocks;
-  ParallelFor(stream, num_tasks, [&](int64_t t) {
-    const int64_t bb = t / s.channel_blocks, cb = t % s.channel_blocks;
-    BnPartial(s, grad_out, input, mean, bb, cb, partials + bb * C * 2);
-  });
-  // Deterministic combine: batch blocks in order.
-  for (int64_t c = 0; c < C; ++c) {
-    double dy = 0.0, xmu = 0.0;
-    for (int64_t bb = 0; bb < s.batch_blocks; ++bb) {
-      dy += partials[(bb * C + c) * 2];
-      xmu += partials[(bb * C + c) * 2 + 1];
+  float* mean = reinterpret_cast<float*>(partials + s.batch_blocks * W * 2);
+  float* invstd = mean + W;
+  float* sums[4] = {invstd + W, invstd + 2 * W, invstd + 3 * W, invstd + 4 * W};
+  for (int64_t w0 = 0; w0 < C; w0 += W) {  // a whole number of channel blocks each
+    const int64_t w = std::min(W, C - w0);
+    LoadAsFloat(mean_v.dtype, Channel(mean_v, w0), mean_v.strides[0], w, mean);
+    LoadAsFloat(invstd_v.dtype, Channel(invstd_v, w0), invstd_v.strides[0], w, invstd);
+    const int64_t first_block = w0 / s.channel_block;
+    const int64_t blocks = (w + s.channel_block - 1) / s.channel_block;
+    ParallelFor(stream, s.batch_blocks * blocks, [&](int64_t t) {
+      const int64_t bb = t / blocks, cb = first_block + t % blocks;
+      BnPartial(s, grad_out, input, mean, w0, bb, cb, partials + bb * W * 2);
+    });
+    // Deterministic combine: batch blocks in order.
+    for (int64_t c = 0; c < w; ++c) {
+      double dy = 0.0, xmu = 0.0;
+      for (int64_t bb = 0; bb < s.batch_blocks; ++bb) {
+        dy += partials[(bb * W + c) * 2];
+        xmu += partials[(bb * W + c) * 2 + 1];
+      }
+      sums[0][c] = static_cast<float>(dy);
+      sums[1][c] = static_cast<float>(xmu);
+      sums[2][c] = static_cast<float>(xmu * invstd[c]);
+      sums[3][c] = static_cast<float>(dy);
     }
-    sums[0][c] = static_cast<float>(dy);
-    sums[1][c] = static_cast<float>(xmu);
-    sums[2][c] = static_cast<float>(xmu * invstd[c]);
-    sums[3][c] = static_cast<float>(dy);
+    for (int k = 0; k < 4; ++k) StoreChannels(outputs[k], sums[k], w0, w);
   }
-  for (int k = 0; k < 4; ++k) StoreChannels(outputs[k], sums[k], C);
 }
 
 }  // namespace jax_aclnn::host

@@ -2,6 +2,9 @@
 #ifndef JAX_ACLNN_HOST_PARALLEL_H_
 #define JAX_ACLNN_HOST_PARALLEL_H_
 
+#include <pthread.h>
+
+#include <cstddef>
 #include <cstdint>
 
 #include "aclnn_abi.h"
@@ -9,11 +12,32 @@
 
 namespace jax_aclnn::host {
 
+// The highest address of the calling thread's stack (0 when unknown).
+inline uintptr_t StackTop() {
+  pthread_attr_t attr;
+  if (pthread_getattr_np(pthread_self(), &attr) != 0) return 0;
+  void* low = nullptr;
+  size_t size = 0;
+  const int rc = pthread_attr_getstack(&attr, &low, &size);
+  pthread_attr_destroy(&attr);
+  return rc == 0 ? reinterpret_cast<uintptr_t>(low) + size : 0;
+}
+
 // The stream as a host stream, or null when it is not one (a null stream or
-// a foreign one): then work runs on the calling thread.
+// a foreign one): then work runs on the calling thread. A host stream lives
+// in a caller's frame on the calling thread's stack (the FFI handler makes
+// it there), so the pointer is only read when it lies between this frame
+// and the stack's top, memory that is certainly mapped: an aclrtStream of
+// CANN's, or any stray pointer, is never followed.
 inline const JaxAclnnHostStream* AsHostStream(aclrtStream stream) {
+  thread_local const uintptr_t top = StackTop();
+  const auto p = reinterpret_cast<uintptr_t>(stream);
+  const auto frame = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  if (p % alignof(JaxAclnnHostStream) != 0 || p <= frame || top < sizeof(JaxAclnnHostStream) ||
+      p > top - sizeof(JaxAclnnHostStream))
+    return nullptr;
   auto* s = static_cast<const JaxAclnnHostStream*>(stream);
-  return (s != nullptr && s->magic == JAX_ACLNN_HOST_STREAM_MAGIC) ? s : nullptr;
+  return (s->magic == JAX_ACLNN_HOST_STREAM_MAGIC && s->parallel_for != nullptr) ? s : nullptr;
 }
 
 inline int64_t NumThreads(const JaxAclnnHostStream* s) {

@@ -67,6 +67,10 @@ struct aclOpExecutor {
   jax_aclnn::host::PointwiseParams params;
   View inputs[jax_aclnn::host::kMaxInputs];
   View outputs[jax_aclnn::host::kMaxOutputs];
+  // The descriptors given to the first phase (aclSetInput/OutputTensorAddr's
+  // `tensor` must be one of them).
+  const aclTensor* input_tensors[jax_aclnn::host::kMaxInputs];
+  const aclTensor* output_tensors[jax_aclnn::host::kMaxOutputs];
   bool has_output[jax_aclnn::host::kMaxOutputs];
   int num_inputs, num_outputs;
   uint64_t workspace_size;
@@ -142,9 +146,13 @@ aclnnStatus SetBroadcastInputs(aclOpExecutor* ex, const char* const* names,
   if (!same)
     return Fail(ACLNN_ERR_PARAM_INVALID, "%s: %s has shape %s, expected the broadcast shape %s",
                 ex->op_name, out_name, ShapeString(o).c_str(), ShapeString(shape).c_str());
-  for (int k = 0; k < n; ++k) BroadcastTo(inputs[k]->view, o, &ex->inputs[k]);
+  for (int k = 0; k < n; ++k) {
+    BroadcastTo(inputs[k]->view, o, &ex->inputs[k]);
+    ex->input_tensors[k] = inputs[k];
+  }
   ex->num_inputs = n;
   ex->outputs[0] = o;
+  ex->output_tensors[0] = out;
   ex->has_output[0] = true;
   ex->num_outputs = 1;
   return ACLNN_SUCCESS;
@@ -258,6 +266,68 @@ bool InnerDimsCollapse(const View& v) {
   return true;
 }
 
+// The product of n dimensions, false when it overflows int64.
+bool Product(const int64_t* dims, uint64_t n, int64_t* result) {
+  int64_t p = 1;
+  for (uint64_t d = 0; d < n; ++d)
+    if (__builtin_mul_overflow(p, dims[d], &p)) return false;
+  *result = p;
+  return true;
+}
+
+// aclCreateTensor's checks, as CANN makes them: the view (dims, strides in
+// elements, offset) must lie inside the storage (storageDims elements of
+// dataType), with every size and address computation inside int64.
+aclnnStatus CheckLayout(const int64_t* dims, uint64_t rank, aclDataType dtype,
+                        const int64_t* strides, int64_t offset, const int64_t* storage_dims,
+                        uint64_t storage_rank, View* view) {
+  const char* fn = "aclCreateTensor";
+  if (rank > kMaxRank || storage_rank > kMaxRank)
+    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: rank %llu (storage rank %llu) is above %d", fn,
+                static_cast<unsigned long long>(rank),
+                static_cast<unsigned long long>(storage_rank), kMaxRank);
+  if ((rank > 0 && dims == nullptr) || (storage_rank > 0 && storage_dims == nullptr))
+    return Fail(ACLNN_ERR_PARAM_NULLPTR, "%s: viewDims or storageDims is a null pointer", fn);
+  if (ElementSize(dtype) == 0)
+    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: data type %d is not supported", fn,
+                static_cast<int>(dtype));
+  if (offset < 0)
+    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: offset %lld is negative", fn,
+                static_cast<long long>(offset));
+  for (uint64_t d = 0; d < rank; ++d)
+    if (dims[d] < 0 || (strides != nullptr && strides[d] < 0))
+      return Fail(ACLNN_ERR_PARAM_INVALID, "%s: dimension %llu has size %lld and stride %lld; "
+                  "both must be non-negative", fn, static_cast<unsigned long long>(d),
+                  static_cast<long long>(dims[d]),
+                  static_cast<long long>(strides != nullptr ? strides[d] : 0));
+  for (uint64_t d = 0; d < storage_rank; ++d)
+    if (storage_dims[d] < 0)
+      return Fail(ACLNN_ERR_PARAM_INVALID, "%s: storage dimension %llu is negative (%lld)", fn,
+                  static_cast<unsigned long long>(d), static_cast<long long>(storage_dims[d]));
+  int64_t elements, storage, storage_bytes;
+  if (!Product(dims, rank, &elements) || !Product(storage_dims, storage_rank, &storage) ||
+      __builtin_mul_overflow(storage, ElementSize(dtype), &storage_bytes))
+    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: the number of elements overflows int64", fn);
+  view->dtype = dtype;
+  view->rank = static_cast<int>(rank);
+  int64_t contiguous = 1, last = offset;  // `last`: the highest element index the view reaches
+  for (int d = view->rank - 1; d >= 0; --d) {
+    view->dims[d] = dims[d];
+    view->strides[d] = strides != nullptr ? strides[d] : contiguous;
+    contiguous *= dims[d];  // no overflow: bounded by `elements`
+    int64_t reach;
+    if (elements > 0 && (__builtin_mul_overflow(dims[d] - 1, view->strides[d], &reach) ||
+                         __builtin_add_overflow(last, reach, &last)))
+      return Fail(ACLNN_ERR_PARAM_INVALID, "%s: the view's extent overflows int64", fn);
+  }
+  if (elements > 0 ? last >= storage : offset > storage)
+    return Fail(ACLNN_ERR_PARAM_INVALID,
+                "%s: the view (offset %lld, reaching element %lld) lies outside its storage of "
+                "%lld elements", fn, static_cast<long long>(offset), static_cast<long long>(last),
+                static_cast<long long>(storage));
+  return ACLNN_SUCCESS;
+}
+
 constexpr const char kSmoothL1[] = "aclnnSmoothL1LossBackward";
 constexpr const char kLogitGrad[] = "aclnnLogitGrad";
 constexpr const char kHardshrink[] = "aclnnHardshrinkBackward";
@@ -276,29 +346,13 @@ aclTensor* aclCreateTensor(const int64_t* viewDims, uint64_t viewDimsNum, aclDat
                            const int64_t* storageDims, uint64_t storageDimsNum,
                            void* tensorData) {
   (void)format;
-  (void)storageDims;
-  (void)storageDimsNum;
-  if (viewDimsNum > kMaxRank || (viewDimsNum > 0 && viewDims == nullptr) || offset < 0) {
-    Fail(ACLNN_ERR_PARAM_INVALID, "aclCreateTensor: rank %llu is above %d or dims are missing",
-         static_cast<unsigned long long>(viewDimsNum), kMaxRank);
+  View view;
+  if (CheckLayout(viewDims, viewDimsNum, dataType, stride, offset, storageDims, storageDimsNum,
+                  &view) != ACLNN_SUCCESS)
     return nullptr;
-  }
   auto* t = new (std::nothrow) aclTensor{};
   if (t == nullptr) return nullptr;
-  t->view.dtype = dataType;
-  t->view.rank = static_cast<int>(viewDimsNum);
-  int64_t contiguous = 1;
-  for (int d = t->view.rank - 1; d >= 0; --d) {
-    if (viewDims[d] < 0) {
-      delete t;
-      Fail(ACLNN_ERR_PARAM_INVALID, "aclCreateTensor: negative dimension %lld",
-           static_cast<long long>(viewDims[d]));
-      return nullptr;
-    }
-    t->view.dims[d] = viewDims[d];
-    t->view.strides[d] = stride != nullptr ? stride[d] : contiguous;
-    contiguous *= viewDims[d];
-  }
+  t->view = view;
   t->base = tensorData;
   t->offset = offset;
   t->view.data = tensorData ? Advance(tensorData, offset, dataType) : nullptr;
@@ -356,9 +410,9 @@ aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor* executor) {
 
 static aclnnStatus SetTensorAddr(const char* fn, aclOpExecutor* executor, size_t index,
                                  aclTensor* tensor, void* addr, bool output) {
-  if (executor == nullptr || tensor == nullptr)  // CANN: 561103 for either
+  if (executor == nullptr || tensor == nullptr || addr == nullptr)  // CANN: 561103 for each
     return Fail(ACLNN_ERR_INNER_NULLPTR, "%s: %s is null", fn,
-                executor == nullptr ? "executor" : "tensor");
+                executor == nullptr ? "executor" : tensor == nullptr ? "tensor" : "addr");
   if (!executor->repeatable)
     return Fail(ACLNN_ERR_PARAM_INVALID, "%s: the %s executor is not repeatable", fn,
                 executor->op_name);
@@ -366,8 +420,12 @@ static aclnnStatus SetTensorAddr(const char* fn, aclOpExecutor* executor, size_t
   if (index >= limit || (output && !executor->has_output[index]))
     return Fail(ACLNN_ERR_PARAM_INVALID, "%s: %s has no %s tensor %zu", fn, executor->op_name,
                 output ? "output" : "input", index);
+  // Compared before `tensor` is read: a stray pointer is refused, not followed.
+  if ((output ? executor->output_tensors : executor->input_tensors)[index] != tensor)
+    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: tensor is not %s %s tensor %zu", fn,
+                executor->op_name, output ? "output" : "input", index);
   View& v = output ? executor->outputs[index] : executor->inputs[index];
-  v.data = addr ? Advance(addr, tensor->offset, v.dtype) : nullptr;
+  v.data = Advance(addr, tensor->offset, v.dtype);
   tensor->base = addr;
   tensor->view.data = v.data;
   return ACLNN_SUCCESS;
@@ -516,6 +574,8 @@ aclnnStatus aclnnBatchNormReduceBackwardGetWorkspaceSize(
   const aclTensor* all_inputs[] = {gradOut, input, mean, invstd, weight};
   for (int k = 0; k < 5; ++k)
     if (all_inputs[k] != nullptr) ex->inputs[k] = all_inputs[k]->view;
+  std::copy(all_inputs, all_inputs + 5, ex->input_tensors);
+  std::copy(outs, outs + 4, ex->output_tensors);
   for (int k = 0; k < 4; ++k) {
     ex->has_output[k] = wanted[k];
     if (wanted[k]) ex->outputs[k] = outs[k]->view;
