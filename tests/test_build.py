@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import platform
 import re
+import subprocess
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,7 +25,8 @@ def bazel_sources(target: str) -> set[str]:
 
 
 def test_host_provider_sources_agree():
-    assert bazel_sources("libaclnn_host.so") == cmake_sources("ACLNN_HOST_SOURCES")
+    cmake = cmake_sources("ACLNN_HOST_SOURCES") | cmake_sources("ACLNN_HOST_KERNEL_SOURCES")
+    assert bazel_sources("libaclnn_host.so") == cmake
 
 
 def test_ffi_module_sources_agree():
@@ -36,12 +41,11 @@ def test_every_header_is_listed_in_bazel():
 
 def test_every_source_file_is_built():
     on_disk = {str(p.relative_to(ROOT)) for p in (ROOT / "csrc").rglob("*.cc")}
-    assert on_disk == cmake_sources("ACLNN_HOST_SOURCES") | cmake_sources("ACLNN_FFI_SOURCES")
+    assert on_disk == (cmake_sources("ACLNN_HOST_SOURCES") | cmake_sources("ACLNN_HOST_KERNEL_SOURCES")
+                       | cmake_sources("ACLNN_FFI_SOURCES"))
 
 
 def test_host_provider_exports_exactly_the_aclnn_abi():
-    import subprocess
-
     from jax_aclnn import _ffi
 
     abi = (ROOT / "csrc" / "aclnn_abi.h").read_text()
@@ -49,4 +53,37 @@ def test_host_provider_exports_exactly_the_aclnn_abi():
     out = subprocess.run(["nm", "-D", "--defined-only", str(_ffi.HOST_PROVIDER_LIBRARY)],
                          capture_output=True, text=True, check=True).stdout
     exported = {line.split()[-1] for line in out.splitlines() if " T " in line}
-    assert exported == declared
+    assert exported == declared | {"JaxAclnnHostKernelTarget"}  # host_stream.h
+
+
+#: Instructions beyond the x86-64 baseline (SSE2): every VEX/EVEX-encoded one
+#: (AVX, AVX2, FMA, F16C, AVX-512 all start with "v"), SSE3 to SSE4.2, BMI,
+#: POPCNT/LZCNT/MOVBE.
+BEYOND_X86_64 = re.compile(
+    r"\t(v[a-z0-9]+|pshufb|palignr|pabs[bwd]|phadd[wd]|phsub[wd]|pmaddubsw|pmulhrsw|psign[bwd]"
+    r"|blendv?p[sd]|pblendvb|pblendw|dpp[sd]|insertps|extractps|pextr[bdq]|pinsr[bdq]"
+    r"|pm(ax|in)(s[bd]|u[wd])|pmov[sz]x[bwd][wdq]|pmuldq|pmulld|ptest|round[ps][sd]|packusdw"
+    r"|pcmp[eg][qt]q|pcmp[ei]str[im]|movntdqa|crc32|popcnt|lzcnt|tzcnt|andn|bextr|bls(i|msk|r)"
+    r"|bzhi|pdep|pext|rorx|sarx|shlx|shrx|mulx|movbe|lddqu|h(add|sub)p[sd]|mov[sd]dup|movshdup"
+    r"|movsldup|addsubp[sd])[ \t]")
+DISPATCHED = ("::x86_64_v3::", "::x86_64_v4::")
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 instruction sets")
+def test_default_build_runs_on_any_x86_64_cpu_outside_the_dispatched_kernels():
+    """The default build targets the x86-64 baseline; code beyond it lives
+    only in the kernel copies that dispatch.cc picks when the CPU has it."""
+    from jax_aclnn import _ffi
+
+    if _ffi.host_kernel_target() == "native":
+        pytest.skip("a JAX_ACLNN_NATIVE_ARCH=ON build")
+    out = subprocess.run(["objdump", "-d", "-C", "--no-show-raw-insn", str(_ffi.HOST_PROVIDER_LIBRARY)],
+                         capture_output=True, text=True, check=True).stdout
+    beyond, function = set(), ""
+    for line in out.splitlines():
+        if line.endswith(">:"):
+            function = line
+        elif BEYOND_X86_64.search(line):
+            beyond.add(function)
+    assert any("::x86_64_v3::" in f for f in beyond)  # the dispatched kernels, seen
+    assert [f for f in beyond if not any(t in f for t in DISPATCHED)] == []

@@ -16,6 +16,7 @@
 #endif
 
 namespace jax_aclnn::host {
+namespace {  // internal linkage: each kernel target (kernels.h) keeps its own copy
 
 inline bool IsSupportedFloat(aclDataType t) {
   return t == ACL_FLOAT || t == ACL_FLOAT16 || t == ACL_BF16;
@@ -165,6 +166,7 @@ inline void StoreFromFloat(aclDataType t, const float* __restrict src, int64_t n
   }
 }
 
+}  // namespace
 }  // namespace jax_aclnn::host
 
 #endif  // JAX_ACLNN_HOST_DTYPE_H_

@@ -8,6 +8,7 @@
 #include "host_stream.h"
 
 namespace jax_aclnn::host {
+namespace {  // internal linkage: each kernel target (kernels.h) keeps its own copy
 
 // The stream as a host stream, or null when it is not one (a null stream or
 // a foreign one): then work runs on the calling thread.
@@ -33,6 +34,7 @@ void ParallelFor(const JaxAclnnHostStream* s, int64_t num_tasks, const Body& bod
       const_cast<Body*>(&body));
 }
 
+}  // namespace
 }  // namespace jax_aclnn::host
 
 #endif  // JAX_ACLNN_HOST_PARALLEL_H_
