@@ -531,13 +531,16 @@ auto BatchNormReduceBackwardBinding() {
       .template Attr<bool>("bias_g");
 }
 
-ffi::ErrorOr<std::unique_ptr<CallState>> InstantiateCallState() {
+// The attributes are the operator's; jaxlib 0.8.1 passes them to this stage
+// too (later releases pass none), so they are taken as a dictionary, unused.
+ffi::ErrorOr<std::unique_ptr<CallState>> InstantiateCallState(ffi::Dictionary) {
   return std::make_unique<CallState>();
 }
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER(kInstantiate, InstantiateCallState, ffi::Ffi::BindInstantiate());
+XLA_FFI_DEFINE_HANDLER(kInstantiate, InstantiateCallState,
+                       ffi::Ffi::BindInstantiate().Attrs<ffi::Dictionary>());
 
 #define JAX_ACLNN_DEFINE_HANDLERS(Name)                                                \
   XLA_FFI_DEFINE_HANDLER(k##Name##Cpu, Name##Impl<ffi::ThreadPool>,                   \

@@ -11,7 +11,11 @@
 
 #include "aclnn_abi.h"
 
-#if JAX_ACLNN_HAVE_HIGHWAY
+// Highway only for targets whose CPUs convert float16 themselves (F16C, Arm):
+// its emulated conversions for older x86 targets are no faster than the
+// formulas below (and Highway 1.0's turn float16 NaNs into infinities).
+#if JAX_ACLNN_HAVE_HIGHWAY && (defined(__F16C__) || defined(__aarch64__))
+#define JAX_ACLNN_HIGHWAY_FLOAT16 1
 #include "hwy/highway.h"
 #endif
 
@@ -86,7 +90,7 @@ inline uint16_t FloatToHalf(float f) {
 
 // Contiguous float16 <-> float32: Highway's conversions (the CPU's own
 // instructions) for whole vectors, the formulas above for the tail.
-#if JAX_ACLNN_HAVE_HIGHWAY
+#if JAX_ACLNN_HIGHWAY_FLOAT16
 namespace hn = hwy::HWY_NAMESPACE;
 using FloatTag = hn::ScalableTag<float>;
 using HalfTag = hn::Rebind<hwy::float16_t, FloatTag>;
@@ -95,7 +99,7 @@ inline int64_t FloatLanes() { return static_cast<int64_t>(hn::Lanes(FloatTag()))
 
 inline void HalvesToFloats(const uint16_t* __restrict src, int64_t n, float* __restrict dst) {
   int64_t i = 0;
-#if JAX_ACLNN_HAVE_HIGHWAY
+#if JAX_ACLNN_HIGHWAY_FLOAT16
   const auto* s = reinterpret_cast<const hwy::float16_t*>(src);
   for (; i + FloatLanes() <= n; i += FloatLanes())
     hn::StoreU(hn::PromoteTo(FloatTag(), hn::LoadU(HalfTag(), s + i)), FloatTag(), dst + i);
@@ -105,7 +109,7 @@ inline void HalvesToFloats(const uint16_t* __restrict src, int64_t n, float* __r
 
 inline void FloatsToHalves(const float* __restrict src, int64_t n, uint16_t* __restrict dst) {
   int64_t i = 0;
-#if JAX_ACLNN_HAVE_HIGHWAY
+#if JAX_ACLNN_HIGHWAY_FLOAT16
   auto* d = reinterpret_cast<hwy::float16_t*>(dst);
   for (; i + FloatLanes() <= n; i += FloatLanes())
     hn::StoreU(hn::DemoteTo(HalfTag(), hn::LoadU(FloatTag(), src + i)), HalfTag(), d + i);
