@@ -87,3 +87,15 @@ def test_default_build_runs_on_any_x86_64_cpu_outside_the_dispatched_kernels():
             beyond.add(function)
     assert any("::x86_64_v3::" in f for f in beyond)  # the dispatched kernels, seen
     assert [f for f in beyond if not any(t in f for t in DISPATCHED)] == []
+
+
+def test_the_python_operators_are_those_of_the_cpp_operator_list():
+    """csrc/operators.h is the one list; every Python operator names its
+    function and aclnn operator as that list does."""
+    import jax_aclnn  # noqa: F401  (defines the operators)
+    from jax_aclnn._ffi import _aclnn_ffi
+    from jax_aclnn._primitive import AclnnPrimitive
+
+    python = {op.name: op.aclnn_name for op in AclnnPrimitive.__subclasses__()}
+    assert python == _aclnn_ffi.operators()
+    assert set(_aclnn_ffi.registrations()) == {f"aclnn_{name}" for name in python}
