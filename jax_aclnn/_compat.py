@@ -41,7 +41,6 @@ from jax._src import core as _core  # noqa: E402
 from jax._src import dispatch as _dispatch  # noqa: E402
 from jax._src import sharding_impls as _sharding_impls  # noqa: E402
 from jax._src.interpreters import batching, mlir  # noqa: E402
-
 from jax.extend.core import Primitive  # noqa: E402
 
 apply_primitive = _dispatch.apply_primitive
@@ -90,8 +89,9 @@ def with_varying_axes(out: Any, in_avals: Sequence[Any]) -> Any:
 def register_cpu_ffi_type(name: str, registration: dict[str, Any]) -> None:
     """Registers an FFI type in XLA's process-wide registry for the CPU,
     whether or not JAX's CPU backend has started (jaxlib's CPU client does
-    the same for the types queued before it starts)."""
-    from jax._src.lib import _jax
+    the same for the types queued before it starts). The public
+    ``jax.ffi.register_ffi_type`` only queues it until then."""
+    from jax._src.lib import _jax  # jax 0.8.1 .. 0.10 (0.8.0 lacks it: the floor)
 
     _jax.register_custom_type(name, registration)
 
