@@ -63,6 +63,29 @@ except AttributeError:  # jax 0.8, 0.9
     _insert_varying_casts = _core.standard_insert_pvary
 
 
+def _fix_psum_of_unmapped_values_under_vmap() -> None:
+    """jax 0.8 (fixed in 0.9): under ``vmap``, ``psum`` over ``shard_map``
+    axes only binds ``psum_invariant`` with an ``axis_index_groups`` it does
+    not take (TypeError), which synchronized ``batch_norm`` under ``vmap``
+    meets. The rule of jax 0.9 for that case: the same psum, per element."""
+    from jax._src.lax import parallel
+
+    psum = parallel.psum_invariant_p
+    rule = batching.fancy_primitive_batchers[psum]
+
+    def fixed(axis_data, vals_in, dims_in, axes):
+        if axis_data.name not in axes and not any(isinstance(a, int) for a in axes):
+            # one primitive for all operands in jax 0.8.1, 0.8.2; one per operand in 0.8.3
+            return psum.bind(*vals_in, axes=axes), dims_in if psum.multiple_results else dims_in[0]
+        return rule(axis_data, vals_in, dims_in, axes)
+
+    batching.fancy_primitive_batchers[parallel.psum_invariant_p] = fixed
+
+
+if _release(jax.__version__) < (0, 9):  # jax 0.8
+    _fix_psum_of_unmapped_values_under_vmap()
+
+
 def varying_axes(x: jax.Array) -> frozenset:
     """The manual mesh axes ``x`` varies over inside ``shard_map`` (its
     "vma"; empty outside, or when shard_map's ``check_vma`` is off)."""
