@@ -60,7 +60,7 @@ def test_synchronized_batch_norm_under_vmap_inside_shard_map():
         loss = (h * h * jnp.arange(1.0, 4.0)).sum()
         return loss if axis_name is None else jax.lax.psum(loss, axis_name)
 
-    mesh = jax.make_mesh((1,), ("batch",))
+    mesh = jax.make_mesh((1,), ("batch",), axis_types=(jax.sharding.AxisType.Auto,))
     xs = jax.device_put(x, jax.NamedSharding(mesh, P("batch")))
     sharded = jax.shard_map(lambda s, x: jax.vmap(lambda si: member(si, x, "batch"))(s),
                             mesh=mesh, in_specs=(P(), P("batch")), out_specs=P())
