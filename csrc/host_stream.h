@@ -32,6 +32,11 @@ typedef struct {
   JaxAclnnParallelFor parallel_for;
 } JaxAclnnHostStream;
 
+// The CPU target whose kernels the host provider runs, chosen on first use
+// ("x86-64", "x86-64-v3", "x86-64-v4", "native"): its one export beyond the
+// aclnn ABI.
+const char* JaxAclnnHostKernelTarget(void);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif

@@ -1,24 +1,47 @@
-"""The private JAX APIs jax_aclnn relies on, gathered in one place.
+"""The supported JAX releases, and the private JAX APIs jax_aclnn relies on,
+gathered in one place.
 
 Primitives, lowering and batching rules are not part of JAX's stable public
 API; every such import lives here so that a JAX upgrade is fixed in one file.
+Where an API changed within the supported range, a ladder picks the form the
+installed JAX has (feature detection), each rung naming the releases it serves.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
 import jax
-from jax._src import core as _core
-from jax._src import dispatch as _dispatch
-from jax._src import sharding_impls as _sharding_impls
-from jax._src.interpreters import ad, batching, mlir
+import jaxlib.version
 
-try:  # jax >= 0.4.36
-    from jax.extend.core import Primitive
-except ImportError:  # pragma: no cover - older jax
-    from jax.core import Primitive  # type: ignore[attr-defined,no-redef]
+#: jax and jaxlib releases supported: ``>= floor, < ceiling`` (pyproject.toml
+#: declares the same range, and builds against the floor's XLA FFI headers).
+SUPPORTED_JAX = ("0.8.1", "0.11")
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.match(r"\d+(?:\.\d+)*", version).group().split("."))
+
+
+def check_jax_version(jax_version: str, jaxlib_version: str) -> None:
+    """Raises ImportError unless both versions are in :data:`SUPPORTED_JAX`."""
+    floor, ceiling = SUPPORTED_JAX
+    for name, version in (("jax", jax_version), ("jaxlib", jaxlib_version)):
+        if not _release(floor) <= _release(version) < _release(ceiling):
+            raise ImportError(
+                f"jax_aclnn supports {name} >={floor},<{ceiling}, but {name} {version} is "
+                f"installed: pip install 'jax>={floor},<{ceiling}' 'jaxlib>={floor},<{ceiling}'")
+
+
+check_jax_version(jax.__version__, jaxlib.version.__version__)
+
+from jax._src import core as _core  # noqa: E402
+from jax._src import dispatch as _dispatch  # noqa: E402
+from jax._src import sharding_impls as _sharding_impls  # noqa: E402
+from jax._src.interpreters import ad, batching, mlir  # noqa: E402
+from jax.extend.core import Primitive  # noqa: E402
 
 apply_primitive = _dispatch.apply_primitive
 #: The batch dimension of an unmapped operand in a batching rule.
@@ -28,7 +51,7 @@ register_lowering = mlir.register_lowering
 lower_fun = mlir.lower_fun
 lower_per_platform = mlir.lower_per_platform
 
-# Autodiff rules of primitives (jax 0.10.2: jax._src.interpreters.ad).
+# Autodiff rules of primitives (jax 0.8.1 to 0.10: jax._src.interpreters.ad).
 primitive_jvps = ad.primitive_jvps
 primitive_transposes = ad.primitive_transposes
 #: A symbolic zero tangent or cotangent.
@@ -39,8 +62,37 @@ is_undefined_primal = ad.is_undefined_primal
 
 
 def _aval_varying_axes(aval: Any) -> frozenset:
-    mat = getattr(aval, "mat", None)  # jax >= 0.9: varying/unreduced/reduced axes
-    return frozenset(mat.varying if mat is not None else getattr(aval, "vma", ()))
+    mat = getattr(aval, "mat", None)  # jax >= 0.10: varying/unreduced/reduced axes
+    return frozenset(mat.varying if mat is not None else getattr(aval, "vma", ()))  # jax 0.8, 0.9
+
+
+try:  # jax >= 0.10
+    _insert_varying_casts = _core.auto_insert_reshard
+except AttributeError:  # jax 0.8, 0.9
+    _insert_varying_casts = _core.standard_insert_pvary
+
+
+def _fix_psum_of_unmapped_values_under_vmap() -> None:
+    """jax 0.8 (fixed in 0.9): under ``vmap``, ``psum`` over ``shard_map``
+    axes only binds ``psum_invariant`` with an ``axis_index_groups`` it does
+    not take (TypeError), which synchronized ``batch_norm`` under ``vmap``
+    meets. The rule of jax 0.9 for that case: the same psum, per element."""
+    from jax._src.lax import parallel
+
+    psum = parallel.psum_invariant_p
+    rule = batching.fancy_primitive_batchers[psum]
+
+    def fixed(axis_data, vals_in, dims_in, axes):
+        if axis_data.name not in axes and not any(isinstance(a, int) for a in axes):
+            # one primitive for all operands in jax 0.8.1, 0.8.2; one per operand in 0.8.3
+            return psum.bind(*vals_in, axes=axes), dims_in if psum.multiple_results else dims_in[0]
+        return rule(axis_data, vals_in, dims_in, axes)
+
+    batching.fancy_primitive_batchers[parallel.psum_invariant_p] = fixed
+
+
+if _release(jax.__version__) < (0, 9):  # jax 0.8
+    _fix_psum_of_unmapped_values_under_vmap()
 
 
 def varying_axes(x: jax.Array) -> frozenset:
@@ -52,7 +104,7 @@ def varying_axes(x: jax.Array) -> frozenset:
 def match_varying_axes(args: Sequence[Any]) -> list[Any]:
     """Operands cast to vary over the union of their manual axes, as lax's
     n-ary operators do under ``shard_map`` with ``check_vma``."""
-    return list(_core.auto_insert_reshard(*args))
+    return list(_insert_varying_casts(*args))
 
 
 def with_varying_axes(out: Any, in_avals: Sequence[Any]) -> Any:
@@ -60,15 +112,18 @@ def with_varying_axes(out: Any, in_avals: Sequence[Any]) -> Any:
     vma = frozenset().union(*(_aval_varying_axes(a) for a in in_avals))
     if not vma:
         return out
-    return out.update(sharding=_core.get_cur_mesh_sharding(),
-                      manual_axis_type=_core.ManualAxisType(varying=vma))
+    sharding = _core.get_cur_mesh_sharding()
+    if hasattr(_core, "ManualAxisType"):  # jax >= 0.10
+        return out.update(sharding=sharding, manual_axis_type=_core.ManualAxisType(varying=vma))
+    return out.update(sharding=sharding, vma=vma)  # jax 0.8, 0.9
 
 
 def register_cpu_ffi_type(name: str, registration: dict[str, Any]) -> None:
     """Registers an FFI type in XLA's process-wide registry for the CPU,
     whether or not JAX's CPU backend has started (jaxlib's CPU client does
-    the same for the types queued before it starts)."""
-    from jax._src.lib import _jax
+    the same for the types queued before it starts). The public
+    ``jax.ffi.register_ffi_type`` only queues it until then."""
+    from jax._src.lib import _jax  # jax 0.8.1 .. 0.10 (0.8.0 lacks it: the floor)
 
     _jax.register_custom_type(name, registration)
 
@@ -96,11 +151,13 @@ def spmd_partitioned(ctx: mlir.LoweringRuleContext) -> bool:
 
 
 __all__ = [
+    "SUPPORTED_JAX",
     "Primitive",
     "Zero",
     "apply_primitive",
     "instantiate_zeros",
     "is_undefined_primal",
+    "check_jax_version",
     "lower_fun",
     "lower_per_platform",
     "match_varying_axes",

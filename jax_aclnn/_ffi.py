@@ -9,6 +9,7 @@ CANN's libraries serve the Ascend NPU platform, loaded on first use.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 import threading
@@ -187,6 +188,16 @@ def load_cann(path: str | os.PathLike[str] | None = None) -> str:
         there, or a library that could not be loaded.
     """
     return _aclnn_ffi.load_cann(None if path is None else os.fspath(path))
+
+
+def host_kernel_target() -> str:
+    """The CPU target whose kernels the host provider runs, chosen at run time
+    (``"x86-64"``, ``"x86-64-v3"``: AVX2/FMA/F16C, ``"x86-64-v4"``: AVX-512;
+    ``"baseline"`` on other architectures), or ``"native"`` for a build made
+    with ``JAX_ACLNN_NATIVE_ARCH=ON``."""
+    library = ctypes.CDLL(str(HOST_PROVIDER_LIBRARY))  # already loaded: the same handle
+    library.JaxAclnnHostKernelTarget.restype = ctypes.c_char_p
+    return library.JaxAclnnHostKernelTarget().decode()
 
 
 def default_cann_roots() -> list[str]:

@@ -1,21 +1,17 @@
 """The Bazel BUILD file and CMakeLists.txt describe the same targets: the same
-sources, and the same compile flags and definitions under CMake's default
-options, with and without Highway."""
+sources, and the same compile flags and definitions as CMake's
+JAX_ACLNN_NATIVE_ARCH=ON build, with and without Highway."""
 
 from __future__ import annotations
 
+import platform
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-
-# CMake conditions that are neither an option() nor a variable set in
-# CMakeLists.txt, with their value on the machines BUILD targets (a GCC or
-# Clang toolchain). A new condition in CMakeLists.txt goes here.
-CMAKE_CONDITIONS = {"JAX_ACLNN_HAS_MARCH_NATIVE": True}
-
 
 def cmake_commands() -> list[tuple[str, list[str]]]:
     """CMakeLists.txt as (command, arguments), comments dropped, quotes kept."""
@@ -31,52 +27,6 @@ def cmake_commands() -> list[tuple[str, list[str]]]:
         args = re.findall(r'"[^"]*"|[^\s()"]+', text[match.end():end - 1])
         commands.append((match.group(1).lower(), args, end))
     return [(name, args) for name, args, _ in commands]
-
-
-def cmake_true(value: str) -> bool:
-    """CMake's truth value of a constant or a variable's value."""
-    value = value.strip('"').upper()
-    return value not in ("", "0", "OFF", "NO", "FALSE", "N", "IGNORE", "NOTFOUND") and not value.endswith("-NOTFOUND")
-
-
-def cmake_target_flags(highway: bool) -> dict[str, dict[str, set[str]]]:
-    """Per target, the compile "options" and "definitions" CMakeLists.txt
-    gives it with default options, Highway's headers found or not."""
-    values = dict(CMAKE_CONDITIONS)
-    flags: dict[str, dict[str, set[str]]] = {}
-    branches: list[list[bool]] = []  # per open if(): [taking this branch, taken one]
-
-    def condition(args: list[str]) -> bool:
-        negate = args[:1] == ["NOT"]
-        if negate:
-            args = args[1:]
-        assert len(args) == 1, f"tests/test_build.py: teach cmake_target_flags() if({' '.join(args)})"
-        return values.get(args[0], False) != negate
-
-    for name, args in cmake_commands():
-        if name == "if":
-            branches.append([condition(args)] * 2)
-        elif name == "elseif":
-            branches[-1] = [not branches[-1][1] and condition(args), branches[-1][1] or condition(args)]
-        elif name == "else":
-            branches[-1] = [not branches[-1][1], True]
-        elif name == "endif":
-            branches.pop()
-        elif not all(taking for taking, _ in branches):
-            continue
-        elif name == "option":
-            values[args[0]] = cmake_true(args[-1])
-        elif name == "set":
-            values[args[0]] = len(args) > 1 and cmake_true(args[1])
-        elif name == "find_path" and args[0] == "HWY_INCLUDE_DIR":
-            values[args[0]] = highway
-        elif name in ("target_compile_options", "target_compile_definitions"):
-            kind = "options" if name.endswith("options") else "definitions"
-            flags.setdefault(args[0], {}).setdefault(kind, set()).update(args[2:])
-        elif name == "set_target_properties" and "CXX_VISIBILITY_PRESET" in args:
-            visibility = args[args.index("CXX_VISIBILITY_PRESET") + 1]
-            flags.setdefault(args[0], {}).setdefault("options", set()).add(f"-fvisibility={visibility}")
-    return flags
 
 
 def bazel_targets(highway: bool) -> dict[str, dict]:
@@ -113,7 +63,8 @@ def bazel_sources(target: str) -> set[str]:
 
 
 def test_host_provider_sources_agree():
-    assert bazel_sources("libaclnn_host.so") == cmake_sources("ACLNN_HOST_SOURCES")
+    cmake = cmake_sources("ACLNN_HOST_SOURCES") | cmake_sources("ACLNN_HOST_KERNEL_SOURCES")
+    assert bazel_sources("libaclnn_host.so") == cmake
 
 
 def test_ffi_module_sources_agree():
@@ -135,8 +86,47 @@ def test_every_header_is_listed_in_bazel():
 
 def test_every_source_file_is_built():
     on_disk = {str(p.relative_to(ROOT)) for p in (ROOT / "csrc").rglob("*.cc")}
-    assert on_disk == (cmake_sources("ACLNN_HOST_SOURCES") | cmake_sources("ACLNN_FFI_SOURCES")
-                       | cmake_sources("ACLNN_TESTING_SOURCES"))
+    assert on_disk == (cmake_sources("ACLNN_HOST_SOURCES") | cmake_sources("ACLNN_HOST_KERNEL_SOURCES")
+                       | cmake_sources("ACLNN_FFI_SOURCES") | cmake_sources("ACLNN_TESTING_SOURCES"))
+
+
+#: Definitions of CMake options that BUILD leaves off (sanitizers, test hooks).
+CMAKE_ONLY_DEFINES = ("JAX_ACLNN_SANITIZERS", "JAX_ACLNN_TESTING")
+
+
+def cmake_native_flags(highway: bool) -> dict[str, dict[str, set[str]]]:
+    """The compile "options" and "definitions" CMakeLists.txt gives the two
+    libraries in the build BUILD describes: JAX_ACLNN_NATIVE_ARCH=ON (one
+    kernel target, "native"), no sanitizers or test hooks, Highway's headers
+    found or not."""
+    host = {"options": set(), "definitions": set()}
+    ffi = {"options": set(), "definitions": set()}
+    substitutions = {"${kernel_target}": "native", "${upper}": "NATIVE"}
+    in_host_options = False
+    for name, args in cmake_commands():
+        args = [a for a in args if a != "PRIVATE"]
+        wanted = [a for a in args[1:] if highway or not re.search("HIGHWAY|HWY", a)]
+        wanted = [a for a in wanted if not any(d in a for d in CMAKE_ONLY_DEFINES)]
+        if name == "function" and args[0] == "aclnn_host_options":
+            in_host_options = True
+        elif name == "endfunction":
+            in_host_options = False
+        elif in_host_options and name == "target_compile_options":
+            host["options"] |= set(wanted)
+        elif in_host_options and name == "target_compile_definitions":
+            host["definitions"] |= set(wanted)
+        elif in_host_options and name == "set_target_properties" and "CXX_VISIBILITY_PRESET" in args:
+            host["options"].add("-fvisibility=" + args[args.index("CXX_VISIBILITY_PRESET") + 1])
+        elif name == "set" and args[0] == "kernel_flags_native":
+            host["options"] |= set(args[1:])
+        elif name == "target_compile_definitions" and any(k in " ".join(args) for k in substitutions):
+            for a in wanted:  # the kernel target's own definitions, for "native"
+                for k, v in substitutions.items():
+                    a = a.replace(k, v)
+                host["definitions"].add(a)
+        elif name in ("target_compile_options", "target_compile_definitions") and args[0] == "_aclnn_ffi":
+            ffi["options" if name.endswith("options") else "definitions"] |= set(wanted)
+    return {"aclnn_host": host, "_aclnn_ffi": ffi}
 
 
 @pytest.mark.parametrize("highway", [True, False], ids=["highway", "no-highway"])
@@ -146,17 +136,16 @@ def test_every_source_file_is_built():
 ])
 def test_compile_flags_agree(cmake_target, bazel_target, highway):
     """Optimisation flags (the host provider's -O3, -march=native, ...) and
-    definitions (the Highway flags that build_info() reports)."""
-    cmake = cmake_target_flags(highway)[cmake_target]
+    definitions (the kernel target, the Highway flags that build_info()
+    reports) of BUILD and of CMake's JAX_ACLNN_NATIVE_ARCH=ON build."""
+    cmake = cmake_native_flags(highway)[cmake_target]
     bazel = bazel_targets(highway)[bazel_target]
-    advice = f"BUILD's {bazel_target} follows CMakeLists.txt's {cmake_target} (defaults)"
-    assert set(bazel.get("copts", [])) == cmake.get("options", set()), advice
-    assert set(bazel.get("local_defines", [])) == cmake.get("definitions", set()), advice
+    advice = f"BUILD's {bazel_target} follows CMakeLists.txt's {cmake_target} (JAX_ACLNN_NATIVE_ARCH=ON)"
+    assert set(bazel.get("copts", [])) == cmake["options"], advice
+    assert set(bazel.get("local_defines", [])) == cmake["definitions"], advice
 
 
 def test_host_provider_exports_exactly_the_aclnn_abi():
-    import subprocess
-
     from jax_aclnn import _ffi
 
     abi = (ROOT / "csrc" / "aclnn_abi.h").read_text()
@@ -164,4 +153,49 @@ def test_host_provider_exports_exactly_the_aclnn_abi():
     out = subprocess.run(["nm", "-D", "--defined-only", str(_ffi.HOST_PROVIDER_LIBRARY)],
                          capture_output=True, text=True, check=True).stdout
     exported = {line.split()[-1] for line in out.splitlines() if " T " in line}
-    assert exported - TESTING_EXPORTS == declared
+    assert exported - TESTING_EXPORTS == declared | {"JaxAclnnHostKernelTarget"}  # host_stream.h
+
+
+#: Instructions beyond the x86-64 baseline (SSE2): every VEX/EVEX-encoded one
+#: (AVX, AVX2, FMA, F16C, AVX-512 all start with "v"), SSE3 to SSE4.2, BMI,
+#: POPCNT/LZCNT/MOVBE.
+BEYOND_X86_64 = re.compile(
+    r"\t(v[a-z0-9]+|pshufb|palignr|pabs[bwd]|phadd[wd]|phsub[wd]|pmaddubsw|pmulhrsw|psign[bwd]"
+    r"|blendv?p[sd]|pblendvb|pblendw|dpp[sd]|insertps|extractps|pextr[bdq]|pinsr[bdq]"
+    r"|pm(ax|in)(s[bd]|u[wd])|pmov[sz]x[bwd][wdq]|pmuldq|pmulld|ptest|round[ps][sd]|packusdw"
+    r"|pcmp[eg][qt]q|pcmp[ei]str[im]|movntdqa|crc32|popcnt|lzcnt|tzcnt|andn|bextr|bls(i|msk|r)"
+    r"|bzhi|pdep|pext|rorx|sarx|shlx|shrx|mulx|movbe|lddqu|h(add|sub)p[sd]|mov[sd]dup|movshdup"
+    r"|movsldup|addsubp[sd])[ \t]")
+DISPATCHED = ("::x86_64_v3::", "::x86_64_v4::")
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 instruction sets")
+def test_default_build_runs_on_any_x86_64_cpu_outside_the_dispatched_kernels():
+    """The default build targets the x86-64 baseline; code beyond it lives
+    only in the kernel copies that dispatch.cc picks when the CPU has it."""
+    from jax_aclnn import _ffi
+
+    if _ffi.host_kernel_target() == "native":
+        pytest.skip("a JAX_ACLNN_NATIVE_ARCH=ON build")
+    out = subprocess.run(["objdump", "-d", "-C", "--no-show-raw-insn", str(_ffi.HOST_PROVIDER_LIBRARY)],
+                         capture_output=True, text=True, check=True).stdout
+    beyond, function = set(), ""
+    for line in out.splitlines():
+        if line.endswith(">:"):
+            function = line
+        elif BEYOND_X86_64.search(line):
+            beyond.add(function)
+    assert any("::x86_64_v3::" in f for f in beyond)  # the dispatched kernels, seen
+    assert [f for f in beyond if not any(t in f for t in DISPATCHED)] == []
+
+
+def test_the_python_operators_are_those_of_the_cpp_operator_list():
+    """csrc/operators.h is the one list; every Python operator names its
+    function and aclnn operator as that list does."""
+    import jax_aclnn  # noqa: F401  (defines the operators)
+    from jax_aclnn._ffi import _aclnn_ffi
+    from jax_aclnn._primitive import AclnnPrimitive
+
+    python = {op.name: op.aclnn_name for op in AclnnPrimitive.__subclasses__()}
+    assert python == _aclnn_ffi.operators()
+    assert set(_aclnn_ffi.registrations()) == {f"aclnn_{name}" for name in python}

@@ -29,9 +29,9 @@ namespace ffi = xla::ffi;
 
 namespace jax_aclnn {
 
-const char* const kAclnnOpNames[kNumOps] = {
-    "aclnnSmoothL1LossBackward", "aclnnLogitGrad", "aclnnHardshrinkBackward",
-    "aclnnSwishBackward", "aclnnBatchNormReduceBackward"};
+#define JAX_ACLNN_OP_NAME(Name, name) "aclnn" #Name,
+const char* const kAclnnOpNames[kNumOps] = {JAX_ACLNN_OPERATORS(JAX_ACLNN_OP_NAME)};
+#undef JAX_ACLNN_OP_NAME
 
 RuntimeStats& Stats() {
   static RuntimeStats stats;
@@ -572,36 +572,29 @@ auto BatchNormReduceBackwardBinding() {
       .template Attr<bool>("bias_g");
 }
 
-ffi::ErrorOr<std::unique_ptr<CallState>> InstantiateCallState() {
+// The attributes are the operator's; jaxlib 0.8.1 passes them to this stage
+// too (later releases pass none), so they are taken as a dictionary, unused.
+ffi::ErrorOr<std::unique_ptr<CallState>> InstantiateCallState(ffi::Dictionary) {
   return std::make_unique<CallState>();
 }
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER(kInstantiate, InstantiateCallState, ffi::Ffi::BindInstantiate());
+XLA_FFI_DEFINE_HANDLER(kInstantiate, InstantiateCallState,
+                       ffi::Ffi::BindInstantiate().Attrs<ffi::Dictionary>());
 
-#define JAX_ACLNN_DEFINE_HANDLERS(Name)                                                \
+#define JAX_ACLNN_DEFINE_HANDLERS(Name, name)                                          \
   XLA_FFI_DEFINE_HANDLER(k##Name##Cpu, Name##Impl<ffi::ThreadPool>,                   \
                          Name##Binding<ffi::ThreadPool>());                            \
   XLA_FFI_DEFINE_HANDLER(k##Name##Npu, Name##Impl<void*>,                              \
                          Name##Binding<ffi::PlatformStream<void*>>());
-JAX_ACLNN_DEFINE_HANDLERS(SmoothL1LossBackward)
-JAX_ACLNN_DEFINE_HANDLERS(LogitGrad)
-JAX_ACLNN_DEFINE_HANDLERS(HardshrinkBackward)
-JAX_ACLNN_DEFINE_HANDLERS(SwishBackward)
-JAX_ACLNN_DEFINE_HANDLERS(BatchNormReduceBackward)
+JAX_ACLNN_OPERATORS(JAX_ACLNN_DEFINE_HANDLERS)
 #undef JAX_ACLNN_DEFINE_HANDLERS
 
-const HandlerSet kHandlerSets[] = {
-    {"aclnn_smooth_l1_loss_backward", kInstantiate, kSmoothL1LossBackwardCpu,
-     kSmoothL1LossBackwardNpu},
-    {"aclnn_logit_grad", kInstantiate, kLogitGradCpu, kLogitGradNpu},
-    {"aclnn_hardshrink_backward", kInstantiate, kHardshrinkBackwardCpu,
-     kHardshrinkBackwardNpu},
-    {"aclnn_swish_backward", kInstantiate, kSwishBackwardCpu, kSwishBackwardNpu},
-    {"aclnn_batch_norm_reduce_backward", kInstantiate, kBatchNormReduceBackwardCpu,
-     kBatchNormReduceBackwardNpu},
-};
+#define JAX_ACLNN_HANDLER_SET(Name, name) \
+  {"aclnn_" #name, #name, kInstantiate, k##Name##Cpu, k##Name##Npu},
+const HandlerSet kHandlerSets[] = {JAX_ACLNN_OPERATORS(JAX_ACLNN_HANDLER_SET)};
+#undef JAX_ACLNN_HANDLER_SET
 const int kNumHandlerSets = sizeof(kHandlerSets) / sizeof(kHandlerSets[0]);
 
 XLA_FFI_TypeId* CallStateTypeId() { return &CallState::id; }

@@ -9,12 +9,13 @@ namespace jax_aclnn {
 
 struct HandlerSet {
   const char* target;            // custom-call target name
+  const char* function;          // the jax_aclnn function
   XLA_FFI_Handler* instantiate;  // creates the call site's executor cache
   XLA_FFI_Handler* cpu_execute;
   XLA_FFI_Handler* npu_execute;
 };
 
-// One entry per operator, in OpId order.
+// One entry per operator, in OpId order (operators.h).
 extern const HandlerSet kHandlerSets[];
 extern const int kNumHandlerSets;
 

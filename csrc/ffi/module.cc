@@ -52,6 +52,15 @@ NB_MODULE(_aclnn_ffi, m) {
       "{target: {platform: {stage: capsule}}} for jax.ffi.register_ffi_target.");
 
   m.def(
+      "operators",
+      [] {
+        nb::dict ops;
+        for (int i = 0; i < kNumOps; ++i) ops[kHandlerSets[i].function] = kAclnnOpNames[i];
+        return ops;
+      },
+      "{jax_aclnn function: aclnn operator}, the list of csrc/operators.h.");
+
+  m.def(
       "state_type",
       [] {
         nb::dict d;

@@ -6,10 +6,13 @@
 #include <atomic>
 #include <cstdint>
 
+#include "operators.h"
+
 namespace jax_aclnn {
 
-enum OpId { kSmoothL1LossBackward, kLogitGrad, kHardshrinkBackward, kSwishBackward,
-            kBatchNormReduceBackward, kNumOps };
+#define JAX_ACLNN_OP_ID(Name, name) k##Name,
+enum OpId { JAX_ACLNN_OPERATORS(JAX_ACLNN_OP_ID) kNumOps };
+#undef JAX_ACLNN_OP_ID
 
 // aclnn operator names, indexed by OpId.
 extern const char* const kAclnnOpNames[kNumOps];

@@ -11,11 +11,16 @@
 
 #include "aclnn_abi.h"
 
-#if JAX_ACLNN_HAVE_HIGHWAY
+// Highway only for targets whose CPUs convert float16 themselves (F16C, Arm):
+// its emulated conversions for older x86 targets are no faster than the
+// formulas below (and Highway 1.0's turn float16 NaNs into infinities).
+#if JAX_ACLNN_HAVE_HIGHWAY && (defined(__F16C__) || defined(__aarch64__))
+#define JAX_ACLNN_HIGHWAY_FLOAT16 1
 #include "hwy/highway.h"
 #endif
 
 namespace jax_aclnn::host {
+namespace {  // internal linkage: each kernel target (kernels.h) keeps its own copy
 
 inline bool IsSupportedFloat(aclDataType t) {
   return t == ACL_FLOAT || t == ACL_FLOAT16 || t == ACL_BF16;
@@ -85,7 +90,7 @@ inline uint16_t FloatToHalf(float f) {
 
 // Contiguous float16 <-> float32: Highway's conversions (the CPU's own
 // instructions) for whole vectors, the formulas above for the tail.
-#if JAX_ACLNN_HAVE_HIGHWAY
+#if JAX_ACLNN_HIGHWAY_FLOAT16
 namespace hn = hwy::HWY_NAMESPACE;
 using FloatTag = hn::ScalableTag<float>;
 using HalfTag = hn::Rebind<hwy::float16_t, FloatTag>;
@@ -94,7 +99,7 @@ inline int64_t FloatLanes() { return static_cast<int64_t>(hn::Lanes(FloatTag()))
 
 inline void HalvesToFloats(const uint16_t* __restrict src, int64_t n, float* __restrict dst) {
   int64_t i = 0;
-#if JAX_ACLNN_HAVE_HIGHWAY
+#if JAX_ACLNN_HIGHWAY_FLOAT16
   const auto* s = reinterpret_cast<const hwy::float16_t*>(src);
   for (; i + FloatLanes() <= n; i += FloatLanes())
     hn::StoreU(hn::PromoteTo(FloatTag(), hn::LoadU(HalfTag(), s + i)), FloatTag(), dst + i);
@@ -104,7 +109,7 @@ inline void HalvesToFloats(const uint16_t* __restrict src, int64_t n, float* __r
 
 inline void FloatsToHalves(const float* __restrict src, int64_t n, uint16_t* __restrict dst) {
   int64_t i = 0;
-#if JAX_ACLNN_HAVE_HIGHWAY
+#if JAX_ACLNN_HIGHWAY_FLOAT16
   auto* d = reinterpret_cast<hwy::float16_t*>(dst);
   for (; i + FloatLanes() <= n; i += FloatLanes())
     hn::StoreU(hn::DemoteTo(HalfTag(), hn::LoadU(FloatTag(), src + i)), HalfTag(), d + i);
@@ -165,6 +170,7 @@ inline void StoreFromFloat(aclDataType t, const float* __restrict src, int64_t n
   }
 }
 
+}  // namespace
 }  // namespace jax_aclnn::host
 
 #endif  // JAX_ACLNN_HOST_DTYPE_H_

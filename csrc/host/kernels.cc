@@ -10,7 +10,9 @@
 #include "host/memory.h"
 #include "host/parallel.h"
 
-namespace jax_aclnn::host {
+// Compiled once per CPU target (CMakeLists.txt), each copy in its own
+// namespace; dispatch.cc picks one at run time.
+namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET {
 namespace {
 
 // Elements converted at a time: four float buffers of this size stay in L1.
@@ -480,4 +482,4 @@ void RunBatchNormReduce(const View& grad_out, const View& input, const View& mea
   }
 }
 
-}  // namespace jax_aclnn::host
+}  // namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET

@@ -39,15 +39,26 @@ struct PointwiseParams {
   double eps = -1.0;    // LogitGrad eps
 };
 
-void RunPointwise(PointwiseOp op, const PointwiseParams& params, const View* inputs,
-                  int num_inputs, const View& out, const JaxAclnnHostStream* stream);
-
+// The kernels' entry points. kernels.cc defines them once per CPU target,
+// in jax_aclnn::host::<target>, compiled for that target (CMakeLists.txt);
+// dispatch.cc defines them in jax_aclnn::host, calling the best target the
+// CPU supports.
+//
+// RunPointwise: the element-wise operators.
 // BatchNormReduceBackward over an (N, C, ...) input: per-channel sums.
 // `outputs` holds sumDy, sumDyXmu, gradWeight, gradBias; null = not wanted.
-uint64_t BatchNormReduceWorkspaceSize(const View& input);
-void RunBatchNormReduce(const View& grad_out, const View& input, const View& mean,
-                        const View& invstd, const View* const outputs[4], void* workspace,
-                        const JaxAclnnHostStream* stream);
+#define JAX_ACLNN_KERNEL_ENTRY_POINTS                                                         \
+  void RunPointwise(PointwiseOp op, const PointwiseParams& params, const View* inputs,       \
+                    int num_inputs, const View& out, const JaxAclnnHostStream* stream);      \
+  uint64_t BatchNormReduceWorkspaceSize(const View& input);                                  \
+  void RunBatchNormReduce(const View& grad_out, const View& input, const View& mean,         \
+                          const View& invstd, const View* const outputs[4], void* workspace, \
+                          const JaxAclnnHostStream* stream);
+
+JAX_ACLNN_KERNEL_ENTRY_POINTS
+
+// The CPU target whose kernels run ("x86-64-v3", "native", ...).
+const char* KernelTarget();
 
 }  // namespace jax_aclnn::host
 

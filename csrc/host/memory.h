@@ -14,6 +14,7 @@
 #endif
 
 namespace jax_aclnn::host {
+namespace {  // internal linkage: each kernel target (kernels.h) keeps its own copy
 
 // Outputs smaller than this are left alone (they sit in malloc's heap and
 // are reused without faults).
@@ -32,6 +33,7 @@ inline void AdviseHugePages(void* data, int64_t bytes) {
 #endif
 }
 
+}  // namespace
 }  // namespace jax_aclnn::host
 
 #endif  // JAX_ACLNN_HOST_MEMORY_H_

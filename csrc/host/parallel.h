@@ -11,6 +11,7 @@
 #include "host_stream.h"
 
 namespace jax_aclnn::host {
+namespace {  // internal linkage: each kernel target (kernels.h) keeps its own copy
 
 // The highest address of the calling thread's stack (0 when unknown).
 inline uintptr_t StackTop() {
@@ -57,6 +58,7 @@ void ParallelFor(const JaxAclnnHostStream* s, int64_t num_tasks, const Body& bod
       const_cast<Body*>(&body));
 }
 
+}  // namespace
 }  // namespace jax_aclnn::host
 
 #endif  // JAX_ACLNN_HOST_PARALLEL_H_

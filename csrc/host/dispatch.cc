@@ -1,0 +1,89 @@
+// Run-time CPU dispatch of the kernels. CMakeLists.txt compiles kernels.cc
+// once per CPU target (a baseline build for any x86-64 or aarch64 CPU, and
+// x86-64-v3/-v4: AVX2, FMA and F16C, then AVX-512), each copy in its own
+// namespace jax_aclnn::host::<target>; the first call picks the best one the
+// CPU supports. The opt-in native build has a single target, "native".
+#include "host/kernels.h"
+
+namespace jax_aclnn::host {
+
+#define JAX_ACLNN_KERNEL_TARGET_NAMESPACE(target) \
+  namespace target {                            \
+  JAX_ACLNN_KERNEL_ENTRY_POINTS                 \
+  }
+#if JAX_ACLNN_KERNELS_NATIVE
+JAX_ACLNN_KERNEL_TARGET_NAMESPACE(native)
+#else
+JAX_ACLNN_KERNEL_TARGET_NAMESPACE(baseline)
+#endif
+#if JAX_ACLNN_KERNELS_X86_64_V3
+JAX_ACLNN_KERNEL_TARGET_NAMESPACE(x86_64_v3)
+#endif
+#if JAX_ACLNN_KERNELS_X86_64_V4
+JAX_ACLNN_KERNEL_TARGET_NAMESPACE(x86_64_v4)
+#endif
+
+namespace {
+
+struct Kernels {
+  const char* target;
+  decltype(&RunPointwise) run_pointwise;
+  decltype(&BatchNormReduceWorkspaceSize) batch_norm_reduce_workspace_size;
+  decltype(&RunBatchNormReduce) run_batch_norm_reduce;
+};
+
+#define JAX_ACLNN_KERNELS_OF(target, name)                                      \
+  Kernels {                                                                     \
+    name, &target::RunPointwise, &target::BatchNormReduceWorkspaceSize,         \
+        &target::RunBatchNormReduce                                             \
+  }
+
+Kernels Choose() {
+#if JAX_ACLNN_KERNELS_X86_64_V3 || JAX_ACLNN_KERNELS_X86_64_V4
+  __builtin_cpu_init();
+#endif
+#if JAX_ACLNN_KERNELS_X86_64_V4
+  if (__builtin_cpu_supports("x86-64-v4")) return JAX_ACLNN_KERNELS_OF(x86_64_v4, "x86-64-v4");
+#endif
+#if JAX_ACLNN_KERNELS_X86_64_V3
+  if (__builtin_cpu_supports("x86-64-v3")) return JAX_ACLNN_KERNELS_OF(x86_64_v3, "x86-64-v3");
+#endif
+#if JAX_ACLNN_KERNELS_NATIVE
+  return JAX_ACLNN_KERNELS_OF(native, "native");
+#elif defined(__x86_64__)
+  return JAX_ACLNN_KERNELS_OF(baseline, "x86-64");
+#else
+  return JAX_ACLNN_KERNELS_OF(baseline, "baseline");
+#endif
+}
+
+const Kernels& Chosen() {
+  static const Kernels kernels = Choose();
+  return kernels;
+}
+
+}  // namespace
+
+void RunPointwise(PointwiseOp op, const PointwiseParams& params, const View* inputs,
+                  int num_inputs, const View& out, const JaxAclnnHostStream* stream) {
+  Chosen().run_pointwise(op, params, inputs, num_inputs, out, stream);
+}
+
+uint64_t BatchNormReduceWorkspaceSize(const View& input) {
+  return Chosen().batch_norm_reduce_workspace_size(input);
+}
+
+void RunBatchNormReduce(const View& grad_out, const View& input, const View& mean,
+                        const View& invstd, const View* const outputs[4], void* workspace,
+                        const JaxAclnnHostStream* stream) {
+  Chosen().run_batch_norm_reduce(grad_out, input, mean, invstd, outputs, workspace, stream);
+}
+
+const char* KernelTarget() { return Chosen().target; }
+
+}  // namespace jax_aclnn::host
+
+// The host provider's one export beyond the aclnn ABI (host_stream.h).
+extern "C" __attribute__((visibility("default"))) const char* JaxAclnnHostKernelTarget(void) {
+  return jax_aclnn::host::KernelTarget();
+}

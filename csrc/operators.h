@@ -1,0 +1,16 @@
+// The aclnn operators: the one list. X(Name, name) stands for the aclnn
+// operator aclnn<Name>, the JAX function jax_aclnn.<name> and its custom-call
+// target aclnn_<name>. The C++ tables (OpId, the operator names, the FFI
+// handler sets) are derived from it; the Python operators are checked
+// against it (_aclnn_ffi.operators(), tests/test_build.py).
+#ifndef JAX_ACLNN_OPERATORS_H_
+#define JAX_ACLNN_OPERATORS_H_
+
+#define JAX_ACLNN_OPERATORS(X)                          \
+  X(SmoothL1LossBackward, smooth_l1_loss_backward)     \
+  X(LogitGrad, logit_grad)                             \
+  X(HardshrinkBackward, hardshrink_backward)           \
+  X(SwishBackward, swish_backward)                     \
+  X(BatchNormReduceBackward, batch_norm_reduce_backward)
+
+#endif  // JAX_ACLNN_OPERATORS_H_
