@@ -50,6 +50,7 @@ import numpy as np
 from tqdm import tqdm
 
 import jax_aclnn as aclnn
+from jax_aclnn import _ffi
 from jax_aclnn._cli import UsageError, comma_list, integer, one_of
 from jax_aclnn.ops import primitive
 
@@ -334,6 +335,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     rng = np.random.default_rng(0)
     bandwidth = copy_bandwidth(args.repeats)
     print(f"memory copy bandwidth: {bandwidth:.1f} GB/s; {jax.device_count()} CPU device(s); "
+          f"host kernels {_ffi.host_kernel_target()}; "
           f"torch {'not installed' if torch is None else torch.__version__}")
     cases = [(o, s, d) for o in ops for d in dtypes for s in sizes]
     rows = [measure(o, s, d, args, rng) for o, s, d in tqdm(cases, desc="bench", unit="case", disable=args.quiet)]

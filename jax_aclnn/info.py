@@ -34,6 +34,7 @@ def collect() -> dict[str, object]:
         "CPU aclnn provider": _ffi.provider(),
         "host provider library": str(_ffi.HOST_PROVIDER_LIBRARY),
         "build": _ffi._aclnn_ffi.build_info(),
+        "host kernels (chosen at run time)": _ffi.host_kernel_target(),
         "machine": f"{platform.machine()}, {platform.system()}, Python {sysconfig.get_python_version()}",
     }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -118,6 +119,7 @@ def test_info():
     out = run("info")
     assert "platforms with aclnn handlers" in out and "cpu" in out
     assert "CANN" in out and "not found" in out
+    assert re.search(r"host kernels \(chosen at run time\)\s*│?\s*(x86-64|baseline|native)", out), out
 
 
 def test_info_shows_full_paths_when_not_a_terminal():
