@@ -351,12 +351,7 @@ def test_state_destroyed_when_the_call_site_is_freed(npu):
     npu.run(_check_state_destroyed_with_call_site)
 
 
-@pytest.mark.parametrize("reuse", [
-    pytest.param(True, marks=pytest.mark.xfail(
-        strict=False, reason="handlers.cc RunCached keeps the descriptors of a failed "
-        "GetWorkspaceSize in the call site (and overflows them on repeated failures); "
-        "fixed on branch i9c")),
-    False])
+@pytest.mark.parametrize("reuse", [True, False])
 def test_first_phase_refusal_is_an_ffi_error_and_leaves_nothing(npu, reuse):
     npu.run(_check_first_phase_refusal, reuse)
 

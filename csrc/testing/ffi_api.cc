@@ -106,15 +106,19 @@ XLA_FFI_Error* ExecutionContextGet(XLA_FFI_ExecutionContext_Get_Args*) {
 
 XLA_FFI_Error* StateSet(XLA_FFI_State_Set_Args* args) {
   CHECK_ARGS(XLA_FFI_State_Set_Args);
+#if XLA_FFI_API_MAJOR > 0 || XLA_FFI_API_MINOR >= 3  // the stage field: FFI API 0.3 (jaxlib 0.9+)
   if (args->stage != XLA_FFI_ExecutionStage_INSTANTIATE)
     return Unimplemented("state of the prepare and initialize stages");
+#endif
   return args->ctx->state->Set(*args->type_id, args->state);
 }
 
 XLA_FFI_Error* StateGet(XLA_FFI_State_Get_Args* args) {
   CHECK_ARGS(XLA_FFI_State_Get_Args);
+#if XLA_FFI_API_MAJOR > 0 || XLA_FFI_API_MINOR >= 3  // the stage field: FFI API 0.3 (jaxlib 0.9+)
   if (args->stage != XLA_FFI_ExecutionStage_INSTANTIATE)
     return Unimplemented("state of the prepare and initialize stages");
+#endif
   return args->ctx->state->Get(*args->type_id, &args->state);
 }
 
