@@ -14,6 +14,7 @@ from jax._src import core as _core
 from jax._src import dispatch as _dispatch
 from jax._src import sharding_impls as _sharding_impls
 from jax._src.interpreters import ad, batching, mlir
+from jax._src.lib.mlir import ir
 
 try:  # jax >= 0.4.36
     from jax.extend.core import Primitive
@@ -79,6 +80,15 @@ def require_devices_during_lowering(primitive: Primitive) -> None:
     _dispatch.prim_requires_devices_during_lowering.add(primitive)
 
 
+def is_function_argument(value: Any) -> bool:
+    """Whether an MLIR value being lowered is an argument of the function
+    that holds it (jax 0.10.2: ``jax._src.lib.mlir.ir.BlockArgument``), not
+    an operation's result: in the entry function, a parameter of the jitted
+    program, whose buffer XLA never hands to an operation's result unless
+    donated."""
+    return isinstance(value, ir.BlockArgument)
+
+
 def spmd_partitioned(ctx: mlir.LoweringRuleContext) -> bool:
     """Whether XLA's SPMD partitioner will split the program being lowered
     over several devices outside any ``shard_map``.
@@ -100,6 +110,7 @@ __all__ = [
     "Zero",
     "apply_primitive",
     "instantiate_zeros",
+    "is_function_argument",
     "is_undefined_primal",
     "lower_fun",
     "lower_per_platform",
