@@ -80,6 +80,14 @@ def require_devices_during_lowering(primitive: Primitive) -> None:
     _dispatch.prim_requires_devices_during_lowering.add(primitive)
 
 
+def register_lowering_per_use(primitive: Primitive, rule: Any) -> None:
+    """Registers a lowering rule run at each use of ``primitive``, seeing
+    the values of its operands (jax 0.10.2's ``cacheable=False``; by default
+    JAX lowers a primitive once per operand types, with function arguments
+    for operands)."""
+    mlir.register_lowering(primitive, rule, cacheable=False)
+
+
 def is_function_argument(value: Any) -> bool:
     """Whether an MLIR value being lowered is an argument of the function
     that holds it (jax 0.10.2: ``jax._src.lib.mlir.ir.BlockArgument``), not
@@ -121,6 +129,7 @@ __all__ = [
     "primitive_transposes",
     "register_cpu_ffi_type",
     "register_lowering",
+    "register_lowering_per_use",
     "require_devices_during_lowering",
     "spmd_partitioned",
     "varying_axes",

@@ -80,7 +80,9 @@ class AclnnPrimitive:
         p.multiple_results = self.multiple_results
         p.def_impl(lambda *args, **params: _compat.apply_primitive(p, *args, **params))
         p.def_abstract_eval(self._abstract_eval)
-        _compat.register_lowering(p, self._lower, cacheable=False)
+        # Per use: whether to alias depends on where the incoming gradient
+        # comes from (see _lower_ffi).
+        _compat.register_lowering_per_use(p, self._lower)
         _compat.primitive_batchers[p] = self.batch
         _compat.require_devices_during_lowering(p)
         self.primitive = p
