@@ -14,7 +14,7 @@ import pytest
 
 import jax_aclnn as aclnn
 from conftest import DTYPES, as_dtype, assert_close, f64
-from jax_aclnn import _step_memory
+from jax_aclnn import _step_memory, bench
 from jax_aclnn.ops import primitive
 from test_ops import logit_grad_numpy, smooth_l1_numpy, swish_grad_numpy
 
@@ -124,3 +124,13 @@ def test_aliased_calls_give_the_operator_results(rng, name, dtype):
     f = jax.jit(lambda g, x, y: op(g * 2, x, y))  # g * 2: a dead intermediate, aliased
     assert "output_to_operand_aliasing" in f.lower(g, x, y).compile().as_text()
     assert_close(f(g, x, y), oracle(f64(g) * 2, f64(x), f64(y)), dtype)
+
+
+def test_bench_training_step_table(capsys):
+    row = _step_memory.measure(64, 32, 2, repeats=1)
+    for mode in _step_memory.MODES:
+        assert row[f"{mode}_temp_bytes"] > 0 and row[f"{mode}_s"] > 0 and row[f"{mode}_compile_s"] > 0
+    assert row["aclnn_temp_bytes"] <= row["reference_temp_bytes"]
+    bench.print_step_table([row])
+    out = capsys.readouterr().out
+    assert "64 x 32 x 2" in out and "MiB" in out
