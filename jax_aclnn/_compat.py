@@ -14,7 +14,6 @@ from jax._src import core as _core
 from jax._src import dispatch as _dispatch
 from jax._src import sharding_impls as _sharding_impls
 from jax._src.interpreters import ad, batching, mlir
-from jax._src.lib.mlir import ir
 
 try:  # jax >= 0.4.36
     from jax.extend.core import Primitive
@@ -82,7 +81,7 @@ def require_devices_during_lowering(primitive: Primitive) -> None:
 
 def register_lowering_per_use(primitive: Primitive, rule: Any) -> None:
     """Registers a lowering rule run at each use of ``primitive``, seeing
-    the values of its operands (jax 0.10.2's ``cacheable=False``; by default
+    the values of its operands (``cacheable=False``, jax 0.8.1 to 0.10; by default
     JAX lowers a primitive once per operand types, with function arguments
     for operands)."""
     mlir.register_lowering(primitive, rule, cacheable=False)
@@ -90,11 +89,11 @@ def register_lowering_per_use(primitive: Primitive, rule: Any) -> None:
 
 def is_function_argument(value: Any) -> bool:
     """Whether an MLIR value being lowered is an argument of the function
-    that holds it (jax 0.10.2: ``jax._src.lib.mlir.ir.BlockArgument``), not
-    an operation's result: in the entry function, a parameter of the jitted
-    program, whose buffer XLA never hands to an operation's result unless
-    donated."""
-    return isinstance(value, ir.BlockArgument)
+    that holds it (jax 0.8.1 to 0.10: ``ir.BlockArgument``, as JAX's own
+    lowering tests), not an operation's result: in the entry function, a
+    parameter of the jitted program, whose buffer XLA never hands to an
+    operation's result unless donated."""
+    return isinstance(value, mlir.ir.BlockArgument)
 
 
 def spmd_partitioned(ctx: mlir.LoweringRuleContext) -> bool:

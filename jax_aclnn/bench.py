@@ -14,11 +14,13 @@ For each operator, size and dtype, under ``jax.jit``:
   reduce only reads, without a copy's write-allocate traffic, so it can
   exceed 100% of it.
 
-It measures a training step's temporary memory (XLA's memory analysis),
-compile time and step time, through jax_aclnn against the same model in
-pure JAX (:mod:`jax_aclnn._step_memory`), and what executor reuse saves (:func:`set_executor_reuse`):
+It then measures what executor reuse saves (:func:`set_executor_reuse`):
 a jitted training step of the ``train`` job (all five operators in its
 gradient) and a chain of tiny calls, alternately with reuse on and off.
+
+Last, a training step's temporary memory (XLA's memory analysis), compile
+time and step time, through jax_aclnn against the same model in pure JAX
+(:mod:`jax_aclnn._step_memory`).
 
 Outputs are compared first (a fast wrong answer is no result). Timings are
 paired and interleaved (aclnn, xla, torch, then xla, torch, aclnn, ...: each
@@ -310,16 +312,16 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     for r in rows:
         r["copy_fraction"] = r["aclnn_gbps"] / bandwidth
     print_results(rows, bandwidth)
+    reuse = None
+    if args.reuse_repeats > 0:
+        reuse = reuse_overhead(args.reuse_repeats)
+        print_reuse_table(reuse)
     step = None
     if args.step_repeats > 0:
         from jax_aclnn import _step_memory
 
         step = [_step_memory.measure(*shape, args.step_repeats) for shape in STEP_SHAPES]
         print_step_table(step)
-    reuse = None
-    if args.reuse_repeats > 0:
-        reuse = reuse_overhead(args.reuse_repeats)
-        print_reuse_table(reuse)
     if out is not None:
         (out / "bench.json").write_text(json.dumps(
             {"copy_gbps": bandwidth, "rows": rows, "training_step": step, "executor_reuse": reuse}, indent=2))
@@ -381,8 +383,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma-separated dtypes (default: %(default)s)")
     p.add_argument("--repeats", type=integer(1), default=15, help="timed pairs per case (default: %(default)s)")
     p.add_argument("--bn-channels", type=integer(16, 1024), default=256, help="channels of the batch-norm shapes, 16 to 1024 (default: %(default)s)")
-    p.add_argument("--step-repeats", type=integer(0), default=10, help="timed runs of the training-step memory table; 0 skips (default: %(default)s)")
     p.add_argument("--reuse-repeats", type=integer(0), default=200, help="paired runs with executor reuse on and off; 0 skips (default: %(default)s)")
+    p.add_argument("--step-repeats", type=integer(0), default=10, help="timed runs of the training-step memory table; 0 skips (default: %(default)s)")
     p.add_argument("--out", metavar="DIR", help="write bench.json and bench.png here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
