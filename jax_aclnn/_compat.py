@@ -134,6 +134,23 @@ def require_devices_during_lowering(primitive: Primitive) -> None:
     _dispatch.prim_requires_devices_during_lowering.add(primitive)
 
 
+def register_lowering_per_use(primitive: Primitive, rule: Any) -> None:
+    """Registers a lowering rule run at each use of ``primitive``, seeing
+    the values of its operands (``cacheable=False``, jax 0.8.1 to 0.10; by default
+    JAX lowers a primitive once per operand types, with function arguments
+    for operands)."""
+    mlir.register_lowering(primitive, rule, cacheable=False)
+
+
+def is_function_argument(value: Any) -> bool:
+    """Whether an MLIR value being lowered is an argument of the function
+    that holds it (jax 0.8.1 to 0.10: ``ir.BlockArgument``, as JAX's own
+    lowering tests), not an operation's result: in the entry function, a
+    parameter of the jitted program, whose buffer XLA never hands to an
+    operation's result unless donated."""
+    return isinstance(value, mlir.ir.BlockArgument)
+
+
 def spmd_partitioned(ctx: mlir.LoweringRuleContext) -> bool:
     """Whether XLA's SPMD partitioner will split the program being lowered
     over several devices outside any ``shard_map``.
@@ -156,6 +173,7 @@ __all__ = [
     "Zero",
     "apply_primitive",
     "instantiate_zeros",
+    "is_function_argument",
     "is_undefined_primal",
     "check_jax_version",
     "lower_fun",
@@ -167,6 +185,7 @@ __all__ = [
     "primitive_transposes",
     "register_cpu_ffi_type",
     "register_lowering",
+    "register_lowering_per_use",
     "require_devices_during_lowering",
     "spmd_partitioned",
     "varying_axes",

@@ -64,6 +64,15 @@ class AclnnPrimitive:
     #: Element-wise in the incoming gradient: with the result's shape, the
     #: operator is its own transpose.
     self_adjoint: ClassVar[bool] = True
+    #: Whether the result may take the incoming gradient's buffer (XLA's
+    #: ``input_output_aliases``) where that operand has the result's shape
+    #: and dtype, so that a training step's backward needs no fresh buffer
+    #: for it. Only on the CPU: the host provider's element-wise kernels
+    #: read each chunk of their inputs before writing that chunk of the
+    #: output (csrc/host/kernels.cc). Never on the NPU platform: CANN does not
+    #: document that its operators tolerate ``out == in``, and we cannot
+    #: verify it there.
+    alias_gradient: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self.target = "aclnn_" + self.name
@@ -71,7 +80,9 @@ class AclnnPrimitive:
         p.multiple_results = self.multiple_results
         p.def_impl(lambda *args, **params: _compat.apply_primitive(p, *args, **params))
         p.def_abstract_eval(self._abstract_eval)
-        _compat.register_lowering(p, self._lower)
+        # Per use: whether to alias depends on where the incoming gradient
+        # comes from (see _lower_ffi).
+        _compat.register_lowering_per_use(p, self._lower)
         _compat.primitive_batchers[p] = self.batch
         _compat.require_devices_during_lowering(p)
         self.primitive = p
@@ -162,18 +173,31 @@ class AclnnPrimitive:
             return [_compat.with_varying_axes(o, avals) for o in out]
         return _compat.with_varying_axes(out, avals)
 
-    def ffi_call(self, *args: Any, **params: Any) -> list[Any]:
-        """The typed-FFI custom call of this operator (a list of results)."""
+    def ffi_call(self, *args: Any, alias: bool = False, **params: Any) -> list[Any]:
+        """The typed-FFI custom call of this operator (a list of results);
+        with ``alias``, its result takes the incoming gradient's buffer where
+        ``alias_gradient`` allows it (XLA copies that operand first if it is
+        still needed)."""
         out = self.abstract_eval(*args, **params)
         out = list(out) if self.multiple_results else [out]
-        call = jax.ffi.ffi_call(self.target, [jax.ShapeDtypeStruct(o.shape, o.dtype) for o in out])
+        aliases = {}
+        if alias and self.alias_gradient:
+            g = args[self.linear_operand]
+            if (g.shape, g.dtype) == (out[0].shape, out[0].dtype):
+                aliases = {self.linear_operand: 0}
+        call = jax.ffi.ffi_call(self.target, [jax.ShapeDtypeStruct(o.shape, o.dtype) for o in out],
+                                input_output_aliases=aliases)
         return list(call(*args, **self.ffi_attributes(**params)))
 
     def _lower_ffi(self, ctx: Any, *args: Any, platform: str, **params: Any) -> Any:
         if _compat.spmd_partitioned(ctx):
             call = _sharding.partitioned(self, ctx.avals_in, ctx.avals_out, params)
         else:
-            call = lambda *a: self.ffi_call(*a, **params)  # noqa: E731
+            # Aliasing on the CPU only (see alias_gradient), and not where the
+            # gradient is a function argument: a jit parameter would need a copy.
+            alias = platform == "cpu" and not _compat.is_function_argument(
+                args[self.linear_operand])
+            call = lambda *a: self.ffi_call(*a, alias=alias, **params)  # noqa: E731
 
         def fn(*a: Any) -> list[Any]:
             if platform != "cpu":  # CANN: dtypes it refuses are computed in float32

@@ -23,6 +23,10 @@ It then measures what executor reuse saves (:func:`set_executor_reuse`):
 a jitted training step of the ``train`` job (all five operators in its
 gradient) and a chain of tiny calls, alternately with reuse on and off.
 
+Last, a training step's temporary memory (XLA's memory analysis), compile
+time and step time, through jax_aclnn against the same model in pure JAX
+(:mod:`jax_aclnn._step_memory`).
+
 Outputs are compared first (a fast wrong answer is no result). Timings are
 paired and interleaved (aclnn, xla, torch, then xla, torch, aclnn, ...: each
 goes first in turn) after warm-up; the table gives medians, GB/s (bytes read
@@ -252,6 +256,26 @@ def reuse_overhead(repeats: int, batch_size: int = 32, chain: int = 64) -> dict[
     }
 
 
+#: (batch, width, layers) of the training-step memory table.
+STEP_SHAPES = [(4096, 512, 4), (1024, 1024, 6), (256, 256, 3)]
+
+
+def print_step_table(rows: list[dict[str, Any]]) -> None:
+    mib = lambda r, m: f"{r[m + '_temp_bytes'] / 2**20:,.2f} MiB"  # noqa: E731
+    print_table(
+        "training step jit(grad(loss)) through jax_aclnn vs pure JAX: temporary memory "
+        "(XLA's analysis; ratio < 1: aclnn smaller), step time (medians; ratio > 1: aclnn faster)",
+        ["batch x width x layers", "aclnn temp", "reference temp", "ratio", "jnp temp", "ratio",
+         "aclnn step", "vs reference", "vs jnp", "compile vs reference"], 1,
+        [[f"{r['batch']} x {r['width']} x {r['layers']}", mib(r, "aclnn"), mib(r, "reference"),
+          f"{r['aclnn_temp_bytes'] / r['reference_temp_bytes']:.2f}", mib(r, "jnp"),
+          f"{r['aclnn_temp_bytes'] / r['jnp_temp_bytes']:.2f}", f"{r['aclnn_s'] * 1e3:,.1f} ms",
+          f"{r['reference_s'] / r['aclnn_s']:.2f}x", f"{r['jnp_s'] / r['aclnn_s']:.2f}x",
+          f"{r['aclnn_compile_s'] / r['reference_compile_s']:.2f}x"] for r in rows])
+    print("reference: the same model under JAX_ACLNN_REFERENCE=all; jnp: its formulas in "
+          "jax.numpy, differentiated by JAX")
+
+
 def print_table(title: str, columns: list[str], text_columns: int, rows: list[list[str]]) -> None:
     """A rich table: the first ``text_columns`` columns left-aligned, numbers right."""
     from rich.console import Console
@@ -350,9 +374,15 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.reuse_repeats > 0:
         reuse = reuse_overhead(args.reuse_repeats)
         print_reuse_table(reuse)
+    step = None
+    if args.step_repeats > 0:
+        from jax_aclnn import _step_memory
+
+        step = [_step_memory.measure(*shape, args.step_repeats) for shape in STEP_SHAPES]
+        print_step_table(step)
     if out is not None:
         (out / "bench.json").write_text(json.dumps(
-            {"copy_gbps": bandwidth, "rows": rows, "executor_reuse": reuse,
+            {"copy_gbps": bandwidth, "rows": rows, "training_step": step, "executor_reuse": reuse,
              "bn_reduce_memory": memory}, indent=2))
         plot(rows, bandwidth, out / "bench.png")
         print(f"wrote {out / 'bench.json'} and {out / 'bench.png'}")
@@ -414,6 +444,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bn-channels", type=integer(16, 1024), default=256, help="channels of the batch-norm shapes, 16 to 1024 (default: %(default)s)")
     p.add_argument("--bn-memory-channels", type=parse_size, metavar="C", help="also measure RSS around a (16, C) batch-norm reduce, e.g. 4M (default: skipped)")
     p.add_argument("--reuse-repeats", type=integer(0), default=200, help="paired runs with executor reuse on and off; 0 skips (default: %(default)s)")
+    p.add_argument("--step-repeats", type=integer(0), default=10, help="timed runs of the training-step memory table; 0 skips (default: %(default)s)")
     p.add_argument("--out", metavar="DIR", help="write bench.json and bench.png here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 

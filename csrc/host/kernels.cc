@@ -43,12 +43,19 @@ inline float ExpF(float x) {
 }
 
 // The element-wise formulas (the operators' docstrings in jax_aclnn/ops/), on float chunks.
+// `out` may be the memory of an input: XLA gives the result the incoming
+// gradient's buffer (`alias_gradient` in jax_aclnn/_primitive.py; same shape,
+// so same strides). That is safe here: each iteration reads element i of
+// every input before writing element i of `out` (no pointer is __restrict;
+// `omp simd` still vectorises, there being no loop-carried dependence), and
+// PointwiseRange reads (or converts into a buffer) a chunk of each input
+// before that chunk of the output is written, each task its own range.
 struct SmoothL1 {  // in: gradOut, self, target
   float beta, scale;
-  void operator()(int64_t n, const float* const* in, float* __restrict out) const {
-    const float* __restrict g = in[0];
-    const float* __restrict x = in[1];
-    const float* __restrict y = in[2];
+  void operator()(int64_t n, const float* const* in, float* out) const {
+    const float* g = in[0];
+    const float* x = in[1];
+    const float* y = in[2];
     // Attributes in locals: a member read in the loop blocks vectorisation.
     const float b = beta, sc = scale, inv_beta = beta > 0.0f ? 1.0f / beta : 0.0f;
 #pragma omp simd
@@ -64,9 +71,9 @@ struct SmoothL1 {  // in: gradOut, self, target
 
 struct Logit {  // in: x, dy
   double eps;
-  void operator()(int64_t n, const float* const* in, float* __restrict out) const {
-    const float* __restrict x = in[0];
-    const float* __restrict dy = in[1];
+  void operator()(int64_t n, const float* const* in, float* out) const {
+    const float* x = in[0];
+    const float* dy = in[1];
     const float nan = std::numeric_limits<float>::quiet_NaN();
     if (std::isnan(eps)) {
       for (int64_t i = 0; i < n; ++i) out[i] = nan;
@@ -89,9 +96,9 @@ struct Logit {  // in: x, dy
 
 struct Hardshrink {  // in: gradOutput, self
   float lambd;
-  void operator()(int64_t n, const float* const* in, float* __restrict out) const {
-    const float* __restrict g = in[0];
-    const float* __restrict x = in[1];
+  void operator()(int64_t n, const float* const* in, float* out) const {
+    const float* g = in[0];
+    const float* x = in[1];
     const float l = lambd;
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) out[i] = std::fabs(x[i]) <= l ? 0.0f : g[i];
@@ -100,9 +107,9 @@ struct Hardshrink {  // in: gradOutput, self
 
 struct Swish {  // in: gradOutput, self
   float beta;
-  void operator()(int64_t n, const float* const* in, float* __restrict out) const {
-    const float* __restrict g = in[0];
-    const float* __restrict x = in[1];
+  void operator()(int64_t n, const float* const* in, float* out) const {
+    const float* g = in[0];
+    const float* x = in[1];
     const float b = beta;
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) {

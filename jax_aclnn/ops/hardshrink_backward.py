@@ -27,6 +27,7 @@ class HardshrinkBackward(AclnnPrimitive):
     name = "hardshrink_backward"
     aclnn_name = "aclnnHardshrinkBackward"
     operand_names = ("grad_output", "input")
+    alias_gradient = True
 
     def abstract_eval(self, g, x, *, lambd):
         return ShapedArray(np.broadcast_shapes(g.shape, x.shape), x.dtype)

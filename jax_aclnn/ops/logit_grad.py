@@ -18,6 +18,7 @@ class LogitGrad(AclnnPrimitive):
     name = "logit_grad"
     aclnn_name = "aclnnLogitGrad"
     operand_names = ("x", "dy")
+    alias_gradient = True
     linear_operand = 1  # dy
 
     def abstract_eval(self, x, dy, *, eps):

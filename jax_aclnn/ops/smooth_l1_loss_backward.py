@@ -34,6 +34,7 @@ class SmoothL1LossBackward(AclnnPrimitive):
     name = "smooth_l1_loss_backward"
     aclnn_name = "aclnnSmoothL1LossBackward"
     operand_names = ("grad_out", "input", "target")
+    alias_gradient = True
 
     def abstract_eval(self, g, x, y, *, reduction, beta):
         return ShapedArray(np.broadcast_shapes(g.shape, x.shape, y.shape), x.dtype)

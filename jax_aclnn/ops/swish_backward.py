@@ -17,6 +17,7 @@ class SwishBackward(AclnnPrimitive):
     name = "swish_backward"
     aclnn_name = "aclnnSwishBackward"
     operand_names = ("grad_output", "input")
+    alias_gradient = True
 
     def abstract_eval(self, g, x, *, beta):
         return ShapedArray(x.shape, x.dtype)

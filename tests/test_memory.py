@@ -1,0 +1,136 @@
+"""Memory of a training step: XLA's memory analysis (deterministic) of
+``jit(grad(loss))`` through jax_aclnn against the same model in pure JAX,
+and the aliasing of the element-wise backward calls' result with their
+incoming gradient that it relies on (no copies added, right results)."""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_aclnn as aclnn
+from conftest import DTYPES, as_dtype, assert_close, f64
+from jax_aclnn import _step_memory, bench
+from jax_aclnn.ops import primitive
+from test_ops import logit_grad_numpy, smooth_l1_numpy, swish_grad_numpy
+
+ALIASING = ["smooth_l1_loss_backward", "logit_grad", "hardshrink_backward", "swish_backward"]
+SHAPES = [(256, 256, 3), (1024, 128, 4)]
+
+
+def unfused_copies(hlo: str) -> int:
+    """``copy``/``copy-start`` instructions of compiled HLO text outside fusions
+    (a copy inside a loop fusion is its root's identity: no buffer, no pass)."""
+    fused = set(re.findall(r" fusion\(.*?calls=(%[\w.-]+)", hlo))
+    count, inside = 0, None
+    for line in hlo.splitlines():
+        header = re.match(r"(?:ENTRY )?(%[\w.-]+) .*\{$", line)
+        if header:
+            inside = header.group(1)
+        elif inside is not None and inside not in fused:
+            count += bool(re.search(r"= \S+ copy(-start)?\(", line))
+    return count
+
+
+def no_aliasing(monkeypatch):
+    for name in ALIASING:
+        monkeypatch.setattr(primitive(name), "alias_gradient", False)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_training_step_needs_no_more_temporary_memory_than_pure_jax(shape):
+    temp = {m: _step_memory.temp_bytes(_step_memory.compiled_step(m, *shape))
+            for m in _step_memory.MODES}
+    print(shape, {m: t / 2**20 for m, t in temp.items()})
+    assert temp["aclnn"] <= temp["reference"], temp
+    assert temp["aclnn"] <= temp["jnp"], temp
+
+
+def test_aliasing_saves_memory_and_adds_no_copies(monkeypatch):
+    aliased = _step_memory.compiled_step("aclnn", *SHAPES[0])
+    text = aliased.as_text()
+    for name in ("swish_backward", "hardshrink_backward", "logit_grad"):
+        calls = [line for line in text.splitlines() if f'custom_call_target="aclnn_{name}"' in line]
+        assert calls and all("output_to_operand_aliasing={{}: (" in c for c in calls), name
+    reference = _step_memory.compiled_step("reference", *SHAPES[0])
+    no_aliasing(monkeypatch)
+    plain = _step_memory.compiled_step("aclnn", *SHAPES[0])
+    assert "output_to_operand_aliasing" not in plain.as_text()
+    assert _step_memory.temp_bytes(aliased) < _step_memory.temp_bytes(plain)
+    assert unfused_copies(text) == unfused_copies(plain.as_text()) == 0
+    assert unfused_copies(reference.as_text()) == 0
+
+
+def test_counting_copies_sees_a_needed_copy():
+    """The counter of the test above finds the copy XLA adds when the
+    aliased gradient is still needed after the call (by a custom call, which
+    XLA cannot fuse a copy into)."""
+    def f(g, x):
+        h = aclnn.swish_backward(g, x)  # a custom call's result, aliased below
+        return aclnn.hardshrink_backward(h, x) * h
+
+    text = jax.jit(f).lower(jnp.ones((64, 64)), jnp.ones((64, 64))).compile().as_text()
+    assert "output_to_operand_aliasing" in text
+    assert unfused_copies(text) == 1
+
+
+def test_a_jit_parameter_gradient_is_not_aliased():
+    """XLA would copy a parameter it must not overwrite: no aliasing there."""
+    text = jax.jit(aclnn.swish_backward).lower(jnp.ones((64, 64)), jnp.ones((64, 64))).compile().as_text()
+    assert "output_to_operand_aliasing" not in text
+    assert unfused_copies(text) == 0
+
+
+def test_no_aliasing_on_the_npu_platform():
+    """CANN does not document ``out == in`` for these operators: the NPU
+    program never aliases (the CPU one does, so the check can fail)."""
+    def step(params, x, y):
+        return jax.grad(_step_memory.loss)(params, x, y)
+
+    args = _step_memory.inputs(64, 32, 2)
+    for platform, aliased in (("npu", False), ("cpu", True)):
+        exported = jax.export.export(jax.jit(step), platforms=[platform],
+                                     disabled_checks=aclnn.export_disabled_checks())(*args)
+        assert ("output_operand_aliases" in exported.mlir_module()) == aliased, platform
+
+
+CASES = {
+    "swish_backward": (lambda g, x, y: aclnn.swish_backward(g, x, beta=1.5),
+                       lambda g, x, y: swish_grad_numpy(g, x, 1.5)),
+    "hardshrink_backward": (lambda g, x, y: aclnn.hardshrink_backward(g, x, lambd=0.5),
+                            lambda g, x, y: np.where(np.abs(x) <= 0.5, 0.0, g)),
+    "logit_grad": (lambda g, x, y: aclnn.logit_grad(x, g, eps=0.01),
+                   lambda g, x, y: logit_grad_numpy(x, g, 0.01)),
+    "smooth_l1_loss_backward": (
+        lambda g, x, y: aclnn.smooth_l1_loss_backward(g, x, y, reduction="none", beta=0.5),
+        lambda g, x, y: smooth_l1_numpy(g, x, y, "none", 0.5)),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_aliased_calls_give_the_operator_results(rng, name, dtype):
+    """The host kernels with their output in the incoming gradient's memory
+    (several chunks and threads: 300 x 1000 elements)."""
+    op, oracle = CASES[name]
+    shape = (300, 1000)
+    g, y = (as_dtype(rng.normal(size=shape) * 2, dtype) for _ in range(2))
+    x = as_dtype(rng.uniform(0.0, 1.0, shape) if name == "logit_grad"
+                 else rng.normal(size=shape) * 2, dtype)
+    f = jax.jit(lambda g, x, y: op(g * 2, x, y))  # g * 2: a dead intermediate, aliased
+    assert "output_to_operand_aliasing" in f.lower(g, x, y).compile().as_text()
+    assert_close(f(g, x, y), oracle(f64(g) * 2, f64(x), f64(y)), dtype)
+
+
+def test_bench_training_step_table(capsys):
+    row = _step_memory.measure(64, 32, 2, repeats=1)
+    for mode in _step_memory.MODES:
+        assert row[f"{mode}_temp_bytes"] > 0 and row[f"{mode}_s"] > 0 and row[f"{mode}_compile_s"] > 0
+    assert row["aclnn_temp_bytes"] <= row["reference_temp_bytes"]
+    bench.print_step_table([row])
+    out = capsys.readouterr().out
+    assert "64 x 32 x 2" in out and "MiB" in out
