@@ -95,12 +95,6 @@ if _release(jax.__version__) < (0, 9):  # jax 0.8
     _fix_psum_of_unmapped_values_under_vmap()
 
 
-def varying_axes(x: jax.Array) -> frozenset:
-    """The manual mesh axes ``x`` varies over inside ``shard_map`` (its
-    "vma"; empty outside, or when shard_map's ``check_vma`` is off)."""
-    return _aval_varying_axes(jax.typeof(x))
-
-
 def match_varying_axes(args: Sequence[Any]) -> list[Any]:
     """Operands cast to vary over the union of their manual axes, as lax's
     n-ary operators do under ``shard_map`` with ``check_vma``."""
@@ -188,6 +182,5 @@ __all__ = [
     "register_lowering_per_use",
     "require_devices_during_lowering",
     "spmd_partitioned",
-    "varying_axes",
     "with_varying_axes",
 ]

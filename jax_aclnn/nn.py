@@ -43,10 +43,10 @@ from jax_aclnn import _checks
 from jax_aclnn.ops import (
     hardshrink_backward,
     logit_grad,
+    primitive,
     smooth_l1_loss_backward,
     swish_backward,
 )
-from jax_aclnn.ops import primitive
 from jax_aclnn.ops.batch_norm_reduce_backward import reduce_backward
 from jax_aclnn.ops.hardshrink_backward import shrunk
 from jax_aclnn.ops.smooth_l1_loss_backward import REDUCTIONS, reduction_code
