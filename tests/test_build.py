@@ -7,6 +7,7 @@ from __future__ import annotations
 import platform
 import re
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -60,6 +61,13 @@ def cmake_sources(variable: str) -> set[str]:
 
 def bazel_sources(target: str) -> set[str]:
     return {src for src in bazel_targets(highway=True)[target]["srcs"] if src.endswith(".cc")}
+
+
+def test_cmake_asks_for_the_python_that_pyproject_requires():
+    """find_package(Python X.Y ...) is pyproject.toml's requires-python floor."""
+    required = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    (args,) = [args for name, args in cmake_commands() if name == "find_package" and args[0] == "Python"]
+    assert required == f">={args[1]}"
 
 
 def test_host_provider_sources_agree():
