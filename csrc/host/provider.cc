@@ -16,8 +16,7 @@
 
 struct aclTensor {
   jax_aclnn::host::View view;
-  int64_t offset;
-  void* base;  // the tensorData pointer; view.data = base + offset
+  int64_t offset;  // view.data = tensorData + offset
 };
 
 struct aclScalar {
@@ -353,7 +352,6 @@ aclTensor* aclCreateTensor(const int64_t* viewDims, uint64_t viewDimsNum, aclDat
   auto* t = new (std::nothrow) aclTensor{};
   if (t == nullptr) return nullptr;
   t->view = view;
-  t->base = tensorData;
   t->offset = offset;
   t->view.data = tensorData ? Advance(tensorData, offset, dataType) : nullptr;
   return t;
@@ -426,7 +424,6 @@ static aclnnStatus SetTensorAddr(const char* fn, aclOpExecutor* executor, size_t
                 executor->op_name, output ? "output" : "input", index);
   View& v = output ? executor->outputs[index] : executor->inputs[index];
   v.data = Advance(addr, tensor->offset, v.dtype);
-  tensor->base = addr;
   tensor->view.data = v.data;
   return ACLNN_SUCCESS;
 }
