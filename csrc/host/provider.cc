@@ -13,24 +13,14 @@
 #include "host/dtype.h"
 #include "host/kernels.h"
 #include "host/parallel.h"
-
-struct aclTensor {
-  jax_aclnn::host::View view;
-  int64_t offset;  // view.data = tensorData + offset
-};
-
-struct aclScalar {
-  double value;
-  aclDataType dtype;
-};
+#include "host/provider.h"
 
 namespace jax_aclnn::host {
 namespace {
 
-constexpr int kMaxInputs = 5;
-constexpr int kMaxOutputs = 4;
-
 thread_local std::string last_error;
+
+}  // namespace
 
 aclnnStatus Fail(aclnnStatus status, const char* fmt, ...) {
   char buf[512];
@@ -48,36 +38,13 @@ std::string ShapeString(const View& v) {
   return s + "]";
 }
 
+namespace {
+
 void* Advance(void* base, int64_t offset, aclDataType dtype) {
   return static_cast<char*>(base) + offset * ElementSize(dtype);
 }
 
-enum class Kind { kPointwise, kBatchNormReduce };
-
 }  // namespace
-}  // namespace jax_aclnn::host
-
-using jax_aclnn::host::View;
-
-struct aclOpExecutor {
-  const char* op_name;
-  jax_aclnn::host::Kind kind;
-  jax_aclnn::host::PointwiseOp pointwise;
-  jax_aclnn::host::PointwiseParams params;
-  View inputs[jax_aclnn::host::kMaxInputs];
-  View outputs[jax_aclnn::host::kMaxOutputs];
-  // The descriptors given to the first phase (aclSetInput/OutputTensorAddr's
-  // `tensor` must be one of them).
-  const aclTensor* input_tensors[jax_aclnn::host::kMaxInputs];
-  const aclTensor* output_tensors[jax_aclnn::host::kMaxOutputs];
-  bool has_output[jax_aclnn::host::kMaxOutputs];
-  int num_inputs, num_outputs;
-  uint64_t workspace_size;
-  bool repeatable;
-};
-
-namespace jax_aclnn::host {
-namespace {
 
 aclnnStatus CheckTensor(const char* op, const char* name, const aclTensor* t) {
   if (t == nullptr) return Fail(ACLNN_ERR_PARAM_NULLPTR, "%s: %s is a null pointer", op, name);
@@ -97,6 +64,8 @@ aclnnStatus CheckSameType(const char* op, const char* a_name, const aclTensor* a
                 op, a_name, DataTypeName(a->view.dtype), b_name, DataTypeName(b->view.dtype));
   return ACLNN_SUCCESS;
 }
+
+namespace {
 
 // Broadcasts `in` to `out`'s shape (numpy rules): an input view of out's rank
 // with stride 0 where the input is broadcast.
@@ -157,7 +126,8 @@ aclnnStatus SetBroadcastInputs(aclOpExecutor* ex, const char* const* names,
   return ACLNN_SUCCESS;
 }
 
-// Shared first phase of the four element-wise operators.
+}  // namespace
+
 aclnnStatus PointwiseGetWorkspaceSize(const char* op, PointwiseOp kind,
                                       const PointwiseParams& params, const char* const* names,
                                       const aclTensor* const* inputs, int n,
@@ -197,6 +167,8 @@ aclnnStatus PointwiseGetWorkspaceSize(const char* op, PointwiseOp kind,
   *executor = ex;
   return ACLNN_SUCCESS;
 }
+
+namespace {
 
 #ifdef JAX_ACLNN_TESTING
 // Test hooks (tests/test_npu_runtime.py), per thread: the stream (its value

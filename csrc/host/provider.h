@@ -1,0 +1,74 @@
+// The host provider's common code (provider.cc) that the operators' entry
+// points (csrc/ops/<op>.cc) build on: the descriptor and executor types,
+// argument checks with aclnn's error reporting, and the first phase of the
+// element-wise operators.
+#ifndef JAX_ACLNN_HOST_PROVIDER_H_
+#define JAX_ACLNN_HOST_PROVIDER_H_
+
+#include <cstdint>
+#include <string>
+
+#include "aclnn_abi.h"
+#include "host/kernels.h"
+
+struct aclTensor {
+  jax_aclnn::host::View view;
+  int64_t offset;  // view.data = tensorData + offset
+};
+
+struct aclScalar {
+  double value;
+  aclDataType dtype;
+};
+
+
+namespace jax_aclnn::host {
+
+constexpr int kMaxInputs = 5;
+constexpr int kMaxOutputs = 4;
+
+enum class Kind { kPointwise, kBatchNormReduce };
+
+}  // namespace jax_aclnn::host
+
+using jax_aclnn::host::View;
+
+struct aclOpExecutor {
+  const char* op_name;
+  jax_aclnn::host::Kind kind;
+  jax_aclnn::host::PointwiseOp pointwise;
+  jax_aclnn::host::PointwiseParams params;
+  View inputs[jax_aclnn::host::kMaxInputs];
+  View outputs[jax_aclnn::host::kMaxOutputs];
+  // The descriptors given to the first phase (aclSetInput/OutputTensorAddr's
+  // `tensor` must be one of them).
+  const aclTensor* input_tensors[jax_aclnn::host::kMaxInputs];
+  const aclTensor* output_tensors[jax_aclnn::host::kMaxOutputs];
+  bool has_output[jax_aclnn::host::kMaxOutputs];
+  int num_inputs, num_outputs;
+  uint64_t workspace_size;
+  bool repeatable;
+};
+
+namespace jax_aclnn::host {
+
+// Sets the last-error message (aclGetRecentErrMsg) and returns `status`.
+aclnnStatus Fail(aclnnStatus status, const char* fmt, ...);
+std::string ShapeString(const View& v);
+// A floating-point tensor with data, or the status naming what is wrong.
+aclnnStatus CheckTensor(const char* op, const char* name, const aclTensor* t);
+aclnnStatus CheckSameType(const char* op, const char* a_name, const aclTensor* a,
+                          const char* b_name, const aclTensor* b);
+// The first phase of the element-wise operators: checks the tensors (the
+// inputs broadcast to `out`, or have its shape if `same_shape`) and makes
+// the executor.
+aclnnStatus PointwiseGetWorkspaceSize(const char* op, PointwiseOp kind,
+                                      const PointwiseParams& params, const char* const* names,
+                                      const aclTensor* const* inputs, int n,
+                                      const aclTensor* out, const char* out_name,
+                                      bool same_shape, uint64_t* workspace_size,
+                                      aclOpExecutor** executor);
+
+}  // namespace jax_aclnn::host
+
+#endif  // JAX_ACLNN_HOST_PROVIDER_H_
