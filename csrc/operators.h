@@ -1,8 +1,9 @@
 // The aclnn operators: the one list. X(Name, name) stands for the aclnn
 // operator aclnn<Name>, the JAX function jax_aclnn.<name> and its custom-call
 // target aclnn_<name>. The C++ tables (OpId, the operator names, the FFI
-// handler sets) are derived from it; the Python operators are checked
-// against it (_aclnn_ffi.operators(), tests/test_build.py).
+// handler sets, the host provider's second phases) are derived from it; the
+// Python operators are checked against it (_aclnn_ffi.operators(),
+// tests/test_build.py).
 #ifndef JAX_ACLNN_OPERATORS_H_
 #define JAX_ACLNN_OPERATORS_H_
 
@@ -12,5 +13,18 @@
   X(HardshrinkBackward, hardshrink_backward)           \
   X(SwishBackward, swish_backward)                     \
   X(BatchNormReduceBackward, batch_norm_reduce_backward)
+
+namespace jax_aclnn {
+
+#define JAX_ACLNN_OP_ID(Name, name) k##Name,
+enum OpId { JAX_ACLNN_OPERATORS(JAX_ACLNN_OP_ID) kNumOps };
+#undef JAX_ACLNN_OP_ID
+
+// aclnn operator names, indexed by OpId.
+#define JAX_ACLNN_OP_NAME(Name, name) "aclnn" #Name,
+inline constexpr const char* kAclnnOpNames[kNumOps] = {JAX_ACLNN_OPERATORS(JAX_ACLNN_OP_NAME)};
+#undef JAX_ACLNN_OP_NAME
+
+}  // namespace jax_aclnn
 
 #endif  // JAX_ACLNN_OPERATORS_H_

@@ -29,10 +29,6 @@ namespace ffi = xla::ffi;
 
 namespace jax_aclnn {
 
-#define JAX_ACLNN_OP_NAME(Name, name) "aclnn" #Name,
-const char* const kAclnnOpNames[kNumOps] = {JAX_ACLNN_OPERATORS(JAX_ACLNN_OP_NAME)};
-#undef JAX_ACLNN_OP_NAME
-
 RuntimeStats& Stats() {
   static RuntimeStats stats;
   return stats;

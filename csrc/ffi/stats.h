@@ -10,13 +10,6 @@
 
 namespace jax_aclnn {
 
-#define JAX_ACLNN_OP_ID(Name, name) k##Name,
-enum OpId { JAX_ACLNN_OPERATORS(JAX_ACLNN_OP_ID) kNumOps };
-#undef JAX_ACLNN_OP_ID
-
-// aclnn operator names, indexed by OpId.
-extern const char* const kAclnnOpNames[kNumOps];
-
 struct OpCounters {
   std::atomic<int64_t> get_workspace_size{0};
   std::atomic<int64_t> execute{0};

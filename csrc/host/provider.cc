@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <cstring>
 #include <new>
 #include <string>
 
@@ -14,6 +15,7 @@
 #include "host/kernels.h"
 #include "host/parallel.h"
 #include "host/provider.h"
+#include "operators.h"
 
 namespace jax_aclnn::host {
 namespace {
@@ -193,7 +195,7 @@ aclnnStatus Execute(const char* op, void* workspace, uint64_t workspace_size,
     return Fail(st, "%s: refused at the request of a test", op);
   }
 #endif
-  if (ex->op_name != op)
+  if (std::strcmp(ex->op_name, op) != 0)  // names, not addresses: one operator, one name
     return Fail(ACLNN_ERR_PARAM_INVALID, "%s: the executor was created by %sGetWorkspaceSize",
                 op, ex->op_name);
   if (workspace_size < ex->workspace_size || (ex->workspace_size > 0 && workspace == nullptr))
@@ -299,11 +301,11 @@ aclnnStatus CheckLayout(const int64_t* dims, uint64_t rank, aclDataType dtype,
   return ACLNN_SUCCESS;
 }
 
-constexpr const char kSmoothL1[] = "aclnnSmoothL1LossBackward";
-constexpr const char kLogitGrad[] = "aclnnLogitGrad";
-constexpr const char kHardshrink[] = "aclnnHardshrinkBackward";
-constexpr const char kSwish[] = "aclnnSwishBackward";
-constexpr const char kBnReduce[] = "aclnnBatchNormReduceBackward";
+constexpr const char* kSmoothL1 = kAclnnOpNames[kSmoothL1LossBackward];
+constexpr const char* kLogitGrad = kAclnnOpNames[jax_aclnn::kLogitGrad];
+constexpr const char* kHardshrink = kAclnnOpNames[kHardshrinkBackward];
+constexpr const char* kSwish = kAclnnOpNames[kSwishBackward];
+constexpr const char* kBnReduce = kAclnnOpNames[kBatchNormReduceBackward];
 
 }  // namespace
 }  // namespace jax_aclnn::host
@@ -434,11 +436,6 @@ aclnnStatus aclnnSmoothL1LossBackwardGetWorkspaceSize(const aclTensor* gradOut,
                                    executor);
 }
 
-aclnnStatus aclnnSmoothL1LossBackward(void* workspace, uint64_t workspaceSize,
-                                      aclOpExecutor* executor, aclrtStream stream) {
-  return Execute(kSmoothL1, workspace, workspaceSize, executor, stream);
-}
-
 aclnnStatus aclnnLogitGradGetWorkspaceSize(const aclTensor* x, const aclTensor* dy, double eps,
                                            const aclTensor* out, uint64_t* workspaceSize,
                                            aclOpExecutor** executor) {
@@ -448,11 +445,6 @@ aclnnStatus aclnnLogitGradGetWorkspaceSize(const aclTensor* x, const aclTensor* 
   const aclTensor* inputs[] = {x, dy};
   return PointwiseGetWorkspaceSize(kLogitGrad, PointwiseOp::kLogitGrad, p, names, inputs, 2,
                                    out, "out", true, workspaceSize, executor);
-}
-
-aclnnStatus aclnnLogitGrad(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
-                           aclrtStream stream) {
-  return Execute(kLogitGrad, workspace, workspaceSize, executor, stream);
 }
 
 aclnnStatus aclnnHardshrinkBackwardGetWorkspaceSize(const aclTensor* gradOutput,
@@ -472,11 +464,6 @@ aclnnStatus aclnnHardshrinkBackwardGetWorkspaceSize(const aclTensor* gradOutput,
                                    executor);
 }
 
-aclnnStatus aclnnHardshrinkBackward(void* workspace, uint64_t workspaceSize,
-                                    aclOpExecutor* executor, aclrtStream stream) {
-  return Execute(kHardshrink, workspace, workspaceSize, executor, stream);
-}
-
 aclnnStatus aclnnSwishBackwardGetWorkspaceSize(const aclTensor* gradOutput, const aclTensor* self,
                                                const aclScalar* betaOptional,
                                                aclTensor* gradInput, uint64_t* workspaceSize,
@@ -487,11 +474,6 @@ aclnnStatus aclnnSwishBackwardGetWorkspaceSize(const aclTensor* gradOutput, cons
   const aclTensor* inputs[] = {gradOutput, self};
   return PointwiseGetWorkspaceSize(kSwish, PointwiseOp::kSwishBackward, p, names, inputs, 2,
                                    gradInput, "gradInput", true, workspaceSize, executor);
-}
-
-aclnnStatus aclnnSwishBackward(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
-                               aclrtStream stream) {
-  return Execute(kSwish, workspace, workspaceSize, executor, stream);
 }
 
 aclnnStatus aclnnBatchNormReduceBackwardGetWorkspaceSize(
@@ -555,10 +537,15 @@ aclnnStatus aclnnBatchNormReduceBackwardGetWorkspaceSize(
   return ACLNN_SUCCESS;
 }
 
-aclnnStatus aclnnBatchNormReduceBackward(void* workspace, uint64_t workspaceSize,
-                                         aclOpExecutor* executor, aclrtStream stream) {
-  return Execute(kBnReduce, workspace, workspaceSize, executor, stream);
-}
+// The second phase, the same for every operator: runs the executor.
+#define JAX_ACLNN_SECOND_PHASE(Name, name)                                                 \
+  aclnnStatus aclnn##Name(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor, \
+                          aclrtStream stream) {                                            \
+    return Execute(jax_aclnn::kAclnnOpNames[jax_aclnn::k##Name], workspace, workspaceSize,  \
+                   executor, stream);                                                     \
+  }
+JAX_ACLNN_OPERATORS(JAX_ACLNN_SECOND_PHASE)
+#undef JAX_ACLNN_SECOND_PHASE
 
 #ifdef JAX_ACLNN_TESTING
 // Test-only exports (built with -DJAX_ACLNN_TESTING=ON), not aclnn ABI.
