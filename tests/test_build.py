@@ -44,7 +44,8 @@ def bazel_targets(highway: bool) -> dict[str, dict]:
     namespace = {
         "load": lambda *args: None,
         "package": lambda **attrs: None,
-        "glob": lambda *args, **kwargs: [],
+        "glob": lambda patterns: sorted(str(p.relative_to(ROOT)) for pattern in patterns
+                                        for p in ROOT.glob(pattern)),
         "alias": alias,
         "HAVE_HIGHWAY": highway,
     }
@@ -54,9 +55,13 @@ def bazel_targets(highway: bool) -> dict[str, dict]:
 
 
 def cmake_sources(variable: str) -> set[str]:
+    """A source list of CMakeLists.txt, its file(GLOB ...) variables expanded."""
     text = (ROOT / "CMakeLists.txt").read_text()
     body = re.search(rf"set\({variable}\s+(.*?)\)", text, re.S).group(1)
-    return set(body.split())
+    globs = {f"${{{args[1]}}}": {str(p.relative_to(ROOT)) for pattern in args[2:] if pattern != "CONFIGURE_DEPENDS"
+                                  for p in ROOT.glob(pattern)}
+             for name, args in cmake_commands() if name == "file" and args[:1] == ["GLOB"]}
+    return set().union(*(globs.get(word, {word}) for word in body.split()))
 
 
 def bazel_sources(target: str) -> set[str]:

@@ -216,29 +216,6 @@ aclnnStatus Execute(const char* op, void* workspace, uint64_t workspace_size,
   return ACLNN_SUCCESS;
 }
 
-// A (C,) vector of the batch-norm reduction: in the input's dtype or, with a
-// half-precision input, in float32 (float32 statistics, as CANN and ATen take
-// them).
-aclnnStatus CheckChannelVector(const char* op, const char* name, const aclTensor* t,
-                               int64_t channels, aclDataType dtype) {
-  if (aclnnStatus st = CheckTensor(op, name, t)) return st;
-  if (t->view.rank != 1 || t->view.dims[0] != channels)
-    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: %s has shape %s, expected [%lld]", op, name,
-                ShapeString(t->view).c_str(), static_cast<long long>(channels));
-  if (t->view.dtype != dtype && t->view.dtype != ACL_FLOAT)
-    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: %s has data type %s, expected %s or %s", op,
-                name, DataTypeName(t->view.dtype), DataTypeName(dtype),
-                DataTypeName(ACL_FLOAT));
-  return ACLNN_SUCCESS;
-}
-
-// Dimensions 2.. of an (N, C, ...) tensor must be walkable with one stride.
-bool InnerDimsCollapse(const View& v) {
-  for (int d = 2; d + 1 < v.rank; ++d)
-    if (v.strides[d] != v.strides[d + 1] * v.dims[d + 1]) return false;
-  return true;
-}
-
 // The product of n dimensions, false when it overflows int64.
 bool Product(const int64_t* dims, uint64_t n, int64_t* result) {
   int64_t p = 1;
@@ -300,12 +277,6 @@ aclnnStatus CheckLayout(const int64_t* dims, uint64_t rank, aclDataType dtype,
                 static_cast<long long>(storage));
   return ACLNN_SUCCESS;
 }
-
-constexpr const char* kSmoothL1 = kAclnnOpNames[kSmoothL1LossBackward];
-constexpr const char* kLogitGrad = kAclnnOpNames[jax_aclnn::kLogitGrad];
-constexpr const char* kHardshrink = kAclnnOpNames[kHardshrinkBackward];
-constexpr const char* kSwish = kAclnnOpNames[kSwishBackward];
-constexpr const char* kBnReduce = kAclnnOpNames[kBatchNormReduceBackward];
 
 }  // namespace
 }  // namespace jax_aclnn::host
@@ -410,131 +381,6 @@ aclnnStatus aclSetInputTensorAddr(aclOpExecutor* executor, const size_t index, a
 aclnnStatus aclSetOutputTensorAddr(aclOpExecutor* executor, const size_t index,
                                    aclTensor* tensor, void* addr) {
   return SetTensorAddr("aclSetOutputTensorAddr", executor, index, tensor, addr, true);
-}
-
-aclnnStatus aclnnSmoothL1LossBackwardGetWorkspaceSize(const aclTensor* gradOut,
-                                                      const aclTensor* self,
-                                                      const aclTensor* target, int64_t reduction,
-                                                      float beta, aclTensor* gradInput,
-                                                      uint64_t* workspaceSize,
-                                                      aclOpExecutor** executor) {
-  if (reduction < 0 || reduction > 2)
-    return Fail(ACLNN_ERR_PARAM_INVALID,
-                "%s: reduction must be 0 (none), 1 (mean) or 2 (sum), got %lld", kSmoothL1,
-                static_cast<long long>(reduction));
-  if (!(beta >= 0.0f))
-    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: beta must be non-negative, got %g", kSmoothL1,
-                static_cast<double>(beta));
-  PointwiseParams p;
-  p.beta = beta;
-  if (reduction == 1 && self != nullptr && self->view.NumElements() > 0)
-    p.scale = static_cast<float>(1.0 / static_cast<double>(self->view.NumElements()));
-  const char* names[] = {"gradOut", "self", "target"};
-  const aclTensor* inputs[] = {gradOut, self, target};
-  return PointwiseGetWorkspaceSize(kSmoothL1, PointwiseOp::kSmoothL1LossBackward, p, names,
-                                   inputs, 3, gradInput, "gradInput", false, workspaceSize,
-                                   executor);
-}
-
-aclnnStatus aclnnLogitGradGetWorkspaceSize(const aclTensor* x, const aclTensor* dy, double eps,
-                                           const aclTensor* out, uint64_t* workspaceSize,
-                                           aclOpExecutor** executor) {
-  PointwiseParams p;
-  p.eps = eps;
-  const char* names[] = {"x", "dy"};
-  const aclTensor* inputs[] = {x, dy};
-  return PointwiseGetWorkspaceSize(kLogitGrad, PointwiseOp::kLogitGrad, p, names, inputs, 2,
-                                   out, "out", true, workspaceSize, executor);
-}
-
-aclnnStatus aclnnHardshrinkBackwardGetWorkspaceSize(const aclTensor* gradOutput,
-                                                    const aclTensor* self,
-                                                    const aclScalar* lambd,
-                                                    aclTensor* gradInput,
-                                                    uint64_t* workspaceSize,
-                                                    aclOpExecutor** executor) {
-  if (lambd == nullptr)
-    return Fail(ACLNN_ERR_PARAM_NULLPTR, "%s: lambd is a null pointer", kHardshrink);
-  PointwiseParams p;
-  p.lambd = lambd->value > 0.0 ? static_cast<float>(lambd->value) : 0.0f;
-  const char* names[] = {"gradOutput", "self"};
-  const aclTensor* inputs[] = {gradOutput, self};
-  return PointwiseGetWorkspaceSize(kHardshrink, PointwiseOp::kHardshrinkBackward, p, names,
-                                   inputs, 2, gradInput, "gradInput", false, workspaceSize,
-                                   executor);
-}
-
-aclnnStatus aclnnSwishBackwardGetWorkspaceSize(const aclTensor* gradOutput, const aclTensor* self,
-                                               const aclScalar* betaOptional,
-                                               aclTensor* gradInput, uint64_t* workspaceSize,
-                                               aclOpExecutor** executor) {
-  PointwiseParams p;
-  p.beta = betaOptional != nullptr ? static_cast<float>(betaOptional->value) : 1.0f;
-  const char* names[] = {"gradOutput", "self"};
-  const aclTensor* inputs[] = {gradOutput, self};
-  return PointwiseGetWorkspaceSize(kSwish, PointwiseOp::kSwishBackward, p, names, inputs, 2,
-                                   gradInput, "gradInput", true, workspaceSize, executor);
-}
-
-aclnnStatus aclnnBatchNormReduceBackwardGetWorkspaceSize(
-    const aclTensor* gradOut, const aclTensor* input, const aclTensor* mean,
-    const aclTensor* invstd, const aclTensor* weight, const bool inputG, const bool weightG,
-    const bool biasG, aclTensor* sumDy, aclTensor* sumDyXmu, aclTensor* gradWeight,
-    aclTensor* gradBias, uint64_t* workspaceSize, aclOpExecutor** executor) {
-  const char* op = kBnReduce;
-  if (workspaceSize == nullptr || executor == nullptr)
-    return Fail(ACLNN_ERR_PARAM_NULLPTR, "%s: workspaceSize or executor is a null pointer", op);
-  if (aclnnStatus st = CheckTensor(op, "gradOut", gradOut)) return st;
-  if (aclnnStatus st = CheckTensor(op, "input", input)) return st;
-  if (aclnnStatus st = CheckSameType(op, "gradOut", gradOut, "input", input)) return st;
-  const View& x = input->view;
-  if (x.rank < 2)
-    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: input must have rank 2 to 8, got shape %s", op,
-                ShapeString(x).c_str());
-  bool same = gradOut->view.rank == x.rank;
-  for (int d = 0; same && d < x.rank; ++d) same = gradOut->view.dims[d] == x.dims[d];
-  if (!same)
-    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: gradOut%s and input%s must have the same shape",
-                op, ShapeString(gradOut->view).c_str(), ShapeString(x).c_str());
-  if (!InnerDimsCollapse(x) || !InnerDimsCollapse(gradOut->view))
-    return Fail(ACLNN_ERR_PARAM_INVALID,
-                "%s: dimensions 2.. of input and gradOut must be laid out contiguously", op);
-  const int64_t C = x.dims[1];
-  const char* vec_names[] = {"mean", "invstd", "weight"};
-  const aclTensor* vecs[] = {mean, invstd, weight};
-  for (int k = 0; k < 3; ++k) {
-    if (k == 2 && weight == nullptr) continue;  // weight is optional
-    if (aclnnStatus st = CheckChannelVector(op, vec_names[k], vecs[k], C, x.dtype)) return st;
-  }
-  const char* out_names[] = {"sumDy", "sumDyXmu", "gradWeight", "gradBias"};
-  aclTensor* outs[] = {sumDy, sumDyXmu, gradWeight, gradBias};
-  const bool wanted[] = {inputG, inputG, weightG, biasG};
-  for (int k = 0; k < 4; ++k) {
-    if (!wanted[k]) continue;
-    if (outs[k] == nullptr)
-      return Fail(ACLNN_ERR_PARAM_NULLPTR, "%s: %s is a null pointer but its mask is set", op,
-                  out_names[k]);
-    if (aclnnStatus st = CheckChannelVector(op, out_names[k], outs[k], C, x.dtype)) return st;
-  }
-  auto* ex = new (std::nothrow) aclOpExecutor{};
-  if (ex == nullptr) return Fail(ACLNN_ERR_INNER, "%s: out of memory", op);
-  ex->op_name = op;
-  ex->kind = Kind::kBatchNormReduce;
-  ex->num_inputs = 5;
-  ex->num_outputs = 4;
-  const aclTensor* all_inputs[] = {gradOut, input, mean, invstd, weight};
-  for (int k = 0; k < 5; ++k)
-    if (all_inputs[k] != nullptr) ex->inputs[k] = all_inputs[k]->view;
-  std::copy(all_inputs, all_inputs + 5, ex->input_tensors);
-  std::copy(outs, outs + 4, ex->output_tensors);
-  for (int k = 0; k < 4; ++k) {
-    ex->has_output[k] = wanted[k];
-    if (wanted[k]) ex->outputs[k] = outs[k]->view;
-  }
-  ex->workspace_size = BatchNormReduceWorkspaceSize(x);
-  *workspaceSize = ex->workspace_size;
-  *executor = ex;
-  return ACLNN_SUCCESS;
 }
 
 // The second phase, the same for every operator: runs the executor.
