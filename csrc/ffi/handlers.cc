@@ -18,12 +18,137 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <type_traits>
+#include <utility>
 
 #include "aclnn_abi.h"
+#include "attributes.h"
 #include "ffi/provider.h"
 #include "ffi/stats.h"
 #include "host_stream.h"
 #include "xla/ffi/api/ffi.h"
+
+// ----- the five operators: attributes and the aclnn call, argument order of
+// the aclnn signatures -----
+
+namespace jax_aclnn::ops {
+
+// smooth_l1_loss_backward: gradOut, self, target -> gradInput.
+#define JAX_ACLNN_ATTRIBUTES_SmoothL1LossBackward(X) \
+  X(int64_t, reduction)                              \
+  X(float, beta)
+
+struct SmoothL1LossBackward {
+  static constexpr int kNumInputs = 3, kNumOutputs = 1;
+  struct Attributes {
+    JAX_ACLNN_ATTRIBUTES_SmoothL1LossBackward(JAX_ACLNN_ATTRIBUTE_MEMBER)
+  } attrs;
+  template <typename Api, typename Descriptors>
+  aclnnStatus GetWorkspaceSize(const Api& api, Descriptors&, aclTensor** in, aclTensor** out,
+                               uint64_t* ws, aclOpExecutor** ex) const {
+    return api.aclnnSmoothL1LossBackwardGetWorkspaceSize(in[0], in[1], in[2], attrs.reduction,
+                                                         attrs.beta, out[0], ws, ex);
+  }
+};
+
+// logit_grad: x, dy -> out.
+#define JAX_ACLNN_ATTRIBUTES_LogitGrad(X) X(double, eps)
+
+struct LogitGrad {
+  static constexpr int kNumInputs = 2, kNumOutputs = 1;
+  struct Attributes {
+    JAX_ACLNN_ATTRIBUTES_LogitGrad(JAX_ACLNN_ATTRIBUTE_MEMBER)
+  } attrs;
+  template <typename Api, typename Descriptors>
+  aclnnStatus GetWorkspaceSize(const Api& api, Descriptors&, aclTensor** in, aclTensor** out,
+                               uint64_t* ws, aclOpExecutor** ex) const {
+    return api.aclnnLogitGradGetWorkspaceSize(in[0], in[1], attrs.eps, out[0], ws, ex);
+  }
+};
+
+// hardshrink_backward: gradOutput, self -> gradInput.
+#define JAX_ACLNN_ATTRIBUTES_HardshrinkBackward(X) X(float, lambd)
+
+struct HardshrinkBackward {
+  static constexpr int kNumInputs = 2, kNumOutputs = 1;
+  struct Attributes {
+    JAX_ACLNN_ATTRIBUTES_HardshrinkBackward(JAX_ACLNN_ATTRIBUTE_MEMBER)
+  } attrs;
+  template <typename Api, typename Descriptors>
+  aclnnStatus GetWorkspaceSize(const Api& api, Descriptors& d, aclTensor** in, aclTensor** out,
+                               uint64_t* ws, aclOpExecutor** ex) const {
+    auto scalar = d.Scalar(attrs.lambd);
+    if (scalar.has_error()) return ACLNN_ERR_INNER_NULLPTR;
+    return api.aclnnHardshrinkBackwardGetWorkspaceSize(in[0], in[1], *scalar, out[0], ws, ex);
+  }
+};
+
+// swish_backward: gradOutput, self -> gradInput.
+#define JAX_ACLNN_ATTRIBUTES_SwishBackward(X) \
+  X(bool, has_beta)                           \
+  X(float, beta)
+
+struct SwishBackward {
+  static constexpr int kNumInputs = 2, kNumOutputs = 1;
+  struct Attributes {
+    JAX_ACLNN_ATTRIBUTES_SwishBackward(JAX_ACLNN_ATTRIBUTE_MEMBER)
+  } attrs;
+  template <typename Api, typename Descriptors>
+  aclnnStatus GetWorkspaceSize(const Api& api, Descriptors& d, aclTensor** in, aclTensor** out,
+                               uint64_t* ws, aclOpExecutor** ex) const {
+    aclScalar* beta_scalar = nullptr;  // betaOptional: null means 1.0
+    if (attrs.has_beta) {
+      auto scalar = d.Scalar(attrs.beta);
+      if (scalar.has_error()) return ACLNN_ERR_INNER_NULLPTR;
+      beta_scalar = *scalar;
+    }
+    return api.aclnnSwishBackwardGetWorkspaceSize(in[0], in[1], beta_scalar, out[0], ws, ex);
+  }
+};
+
+// batch_norm_reduce_backward: gradOut, input, mean, invstd, weight -> sumDy,
+// sumDyXmu, gradWeight, gradBias.
+#define JAX_ACLNN_ATTRIBUTES_BatchNormReduceBackward(X) \
+  X(bool, has_weight)                                   \
+  X(bool, input_g)                                      \
+  X(bool, weight_g)                                     \
+  X(bool, bias_g)
+
+struct BatchNormReduceBackward {
+  static constexpr int kNumInputs = 5, kNumOutputs = 4;
+  struct Attributes {
+    JAX_ACLNN_ATTRIBUTES_BatchNormReduceBackward(JAX_ACLNN_ATTRIBUTE_MEMBER)
+  } attrs;
+  // Masked outputs (and an absent weight) are zero-sized placeholders in the
+  // custom call and null pointers for aclnn.
+  template <typename Buffers>
+  void OmitAbsent(Buffers& b) const {
+    if (!attrs.has_weight) b.in[4] = nullptr;
+    if (!attrs.input_g) b.out[0] = b.out[1] = nullptr;
+    if (!attrs.weight_g) b.out[2] = nullptr;
+    if (!attrs.bias_g) b.out[3] = nullptr;
+  }
+  template <typename Api, typename Descriptors>
+  aclnnStatus GetWorkspaceSize(const Api& api, Descriptors&, aclTensor** in, aclTensor** out,
+                               uint64_t* ws, aclOpExecutor** ex) const {
+    return api.aclnnBatchNormReduceBackwardGetWorkspaceSize(
+        in[0], in[1], in[2], in[3], in[4], attrs.input_g, attrs.weight_g, attrs.bias_g, out[0],
+        out[1], out[2], out[3], ws, ex);
+  }
+};
+
+}  // namespace jax_aclnn::ops
+
+// The attribute structs' decoding, from each operator's one declaration.
+#define JAX_ACLNN_STRUCT_MEMBER(type, name) , ::xla::ffi::StructMember<type>(#name)
+#define JAX_ACLNN_REGISTER_ATTRIBUTES(...) XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(__VA_ARGS__);
+#define JAX_ACLNN_ATTRIBUTE_DECODING(Name, name)         \
+  JAX_ACLNN_REGISTER_ATTRIBUTES(::jax_aclnn::ops::Name::Attributes \
+                                JAX_ACLNN_ATTRIBUTES_##Name(JAX_ACLNN_STRUCT_MEMBER))
+JAX_ACLNN_OPERATORS(JAX_ACLNN_ATTRIBUTE_DECODING)
+#undef JAX_ACLNN_ATTRIBUTE_DECODING
+#undef JAX_ACLNN_REGISTER_ATTRIBUTES
+#undef JAX_ACLNN_STRUCT_MEMBER
 
 namespace ffi = xla::ffi;
 
@@ -386,187 +511,68 @@ ffi::Error Dispatch(void* npu_stream, ffi::ScratchAllocator& scratch, CallState*
   return Run(op, *p->api, npu_stream, ScratchWorkspace{scratch}, state, b);
 }
 
-// ----- the five operators: argument order of the aclnn signatures -----
+// ----- the handlers: one binding and implementation for every operator -----
 
-struct SmoothL1LossBackwardOp {
-  static constexpr OpId kId = kSmoothL1LossBackward;
-  static constexpr int kNumInputs = 3, kNumOutputs = 1;  // gradOut, self, target -> gradInput
-  static constexpr auto kExecute = &AclnnApi::aclnnSmoothL1LossBackward;
-  int64_t reduction;
-  float beta;
-  aclnnStatus GetWorkspaceSize(const AclnnApi& api, Descriptors&, aclTensor** in,
-                               aclTensor** out, uint64_t* ws, aclOpExecutor** ex) const {
-    return api.aclnnSmoothL1LossBackwardGetWorkspaceSize(in[0], in[1], in[2], reduction, beta,
-                                                         out[0], ws, ex);
+// An operator of csrc/ops/ with its place in the operator list.
+#define JAX_ACLNN_OPERATOR(Name, name)                          \
+  struct Name##Op : ops::Name {                                 \
+    static constexpr OpId kId = k##Name;                        \
+    static constexpr auto kExecute = &AclnnApi::aclnn##Name;    \
+  };
+JAX_ACLNN_OPERATORS(JAX_ACLNN_OPERATOR)
+#undef JAX_ACLNN_OPERATOR
+
+// Operators with optional buffers null the absent ones (OmitAbsent).
+template <typename Op, typename B, typename = void>
+struct HasOmitAbsent : std::false_type {};
+template <typename Op, typename B>
+struct HasOmitAbsent<Op, B, std::void_t<decltype(std::declval<const Op&>().OmitAbsent(
+                                std::declval<B&>()))>> : std::true_type {};
+
+// Binds the operator's buffers (AnyBuffer each) and then its attributes.
+template <typename Op, int kArgs, int kRets, typename Binding>
+auto BindBuffersAndAttributes(Binding&& b) {
+  if constexpr (kArgs > 0)
+    return BindBuffersAndAttributes<Op, kArgs - 1, kRets>(
+        std::move(b).template Arg<ffi::AnyBuffer>());
+  else if constexpr (kRets > 0)
+    return BindBuffersAndAttributes<Op, 0, kRets - 1>(std::move(b).template Ret<ffi::AnyBuffer>());
+  else
+    return std::move(b).template Attrs<typename Op::Attributes>();
+}
+
+template <size_t>
+using Input = ffi::AnyBuffer;
+template <size_t>
+using Output = ffi::Result<ffi::AnyBuffer>;
+
+// The same attributes and buffers on both platforms: the platform's stream,
+// scratch allocator and call-site state, the operator's buffers in the
+// order of its aclnn signature, its attributes as one struct.
+template <typename Op, typename = std::make_index_sequence<Op::kNumInputs>,
+          typename = std::make_index_sequence<Op::kNumOutputs>>
+struct Handler;
+
+template <typename Op, size_t... I, size_t... O>
+struct Handler<Op, std::index_sequence<I...>, std::index_sequence<O...>> {
+  template <typename StreamCtx>
+  static auto Binding() {
+    return BindBuffersAndAttributes<Op, Op::kNumInputs, Op::kNumOutputs>(
+        ffi::Ffi::Bind()
+            .template Ctx<StreamCtx>()
+            .template Ctx<ffi::ScratchAllocator>()
+            .template Ctx<ffi::State<CallState>>());
+  }
+
+  template <typename Stream>
+  static ffi::Error Impl(Stream stream, ffi::ScratchAllocator scratch, CallState* state,
+                         Input<I>... in, Output<O>... out, typename Op::Attributes attrs) {
+    const Op op{{attrs}};
+    Buffers<Op::kNumInputs, Op::kNumOutputs> b{{&in...}, {&*out...}};
+    if constexpr (HasOmitAbsent<Op, decltype(b)>::value) op.OmitAbsent(b);
+    return Dispatch(stream, scratch, state, op, b);
   }
 };
-
-struct LogitGradOp {
-  static constexpr OpId kId = kLogitGrad;
-  static constexpr int kNumInputs = 2, kNumOutputs = 1;  // x, dy -> out
-  static constexpr auto kExecute = &AclnnApi::aclnnLogitGrad;
-  double eps;
-  aclnnStatus GetWorkspaceSize(const AclnnApi& api, Descriptors&, aclTensor** in,
-                               aclTensor** out, uint64_t* ws, aclOpExecutor** ex) const {
-    return api.aclnnLogitGradGetWorkspaceSize(in[0], in[1], eps, out[0], ws, ex);
-  }
-};
-
-struct HardshrinkBackwardOp {
-  static constexpr OpId kId = kHardshrinkBackward;
-  static constexpr int kNumInputs = 2, kNumOutputs = 1;  // gradOutput, self -> gradInput
-  static constexpr auto kExecute = &AclnnApi::aclnnHardshrinkBackward;
-  float lambd;
-  aclnnStatus GetWorkspaceSize(const AclnnApi& api, Descriptors& d, aclTensor** in,
-                               aclTensor** out, uint64_t* ws, aclOpExecutor** ex) const {
-    auto scalar = d.Scalar(lambd);
-    if (scalar.has_error()) return ACLNN_ERR_INNER_NULLPTR;
-    return api.aclnnHardshrinkBackwardGetWorkspaceSize(in[0], in[1], *scalar, out[0], ws, ex);
-  }
-};
-
-struct SwishBackwardOp {
-  static constexpr OpId kId = kSwishBackward;
-  static constexpr int kNumInputs = 2, kNumOutputs = 1;  // gradOutput, self -> gradInput
-  static constexpr auto kExecute = &AclnnApi::aclnnSwishBackward;
-  bool has_beta;
-  float beta;
-  aclnnStatus GetWorkspaceSize(const AclnnApi& api, Descriptors& d, aclTensor** in,
-                               aclTensor** out, uint64_t* ws, aclOpExecutor** ex) const {
-    aclScalar* beta_scalar = nullptr;  // betaOptional: null means 1.0
-    if (has_beta) {
-      auto scalar = d.Scalar(beta);
-      if (scalar.has_error()) return ACLNN_ERR_INNER_NULLPTR;
-      beta_scalar = *scalar;
-    }
-    return api.aclnnSwishBackwardGetWorkspaceSize(in[0], in[1], beta_scalar, out[0], ws, ex);
-  }
-};
-
-struct BatchNormReduceBackwardOp {
-  static constexpr OpId kId = kBatchNormReduceBackward;
-  // gradOut, input, mean, invstd, weight -> sumDy, sumDyXmu, gradWeight, gradBias
-  static constexpr int kNumInputs = 5, kNumOutputs = 4;
-  static constexpr auto kExecute = &AclnnApi::aclnnBatchNormReduceBackward;
-  bool input_g, weight_g, bias_g;
-  aclnnStatus GetWorkspaceSize(const AclnnApi& api, Descriptors&, aclTensor** in,
-                               aclTensor** out, uint64_t* ws, aclOpExecutor** ex) const {
-    return api.aclnnBatchNormReduceBackwardGetWorkspaceSize(
-        in[0], in[1], in[2], in[3], in[4], input_g, weight_g, bias_g, out[0], out[1], out[2],
-        out[3], ws, ex);
-  }
-};
-
-// ----- bindings: the same attributes and buffers on both platforms -----
-
-template <typename StreamCtx>
-auto Bind() {
-  return ffi::Ffi::Bind()
-      .template Ctx<StreamCtx>()
-      .template Ctx<ffi::ScratchAllocator>()
-      .template Ctx<ffi::State<CallState>>();
-}
-
-template <typename Stream>
-ffi::Error SmoothL1LossBackwardImpl(Stream stream, ffi::ScratchAllocator scratch,
-                                    CallState* state, ffi::AnyBuffer grad_out,
-                                    ffi::AnyBuffer input, ffi::AnyBuffer target,
-                                    ffi::Result<ffi::AnyBuffer> grad_input, int64_t reduction,
-                                    float beta) {
-  return Dispatch(stream, scratch, state, SmoothL1LossBackwardOp{reduction, beta},
-                  {{&grad_out, &input, &target}, {&*grad_input}});
-}
-template <typename StreamCtx>
-auto SmoothL1LossBackwardBinding() {
-  return Bind<StreamCtx>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>()
-      .template Attr<int64_t>("reduction")
-      .template Attr<float>("beta");
-}
-
-template <typename Stream>
-ffi::Error LogitGradImpl(Stream stream, ffi::ScratchAllocator scratch, CallState* state,
-                         ffi::AnyBuffer x, ffi::AnyBuffer dy, ffi::Result<ffi::AnyBuffer> dx,
-                         double eps) {
-  return Dispatch(stream, scratch, state, LogitGradOp{eps}, {{&x, &dy}, {&*dx}});
-}
-template <typename StreamCtx>
-auto LogitGradBinding() {
-  return Bind<StreamCtx>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>()
-      .template Attr<double>("eps");
-}
-
-template <typename Stream>
-ffi::Error HardshrinkBackwardImpl(Stream stream, ffi::ScratchAllocator scratch,
-                                  CallState* state, ffi::AnyBuffer grad_output,
-                                  ffi::AnyBuffer input, ffi::Result<ffi::AnyBuffer> grad_input,
-                                  float lambd) {
-  return Dispatch(stream, scratch, state, HardshrinkBackwardOp{lambd},
-                  {{&grad_output, &input}, {&*grad_input}});
-}
-template <typename StreamCtx>
-auto HardshrinkBackwardBinding() {
-  return Bind<StreamCtx>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>()
-      .template Attr<float>("lambd");
-}
-
-template <typename Stream>
-ffi::Error SwishBackwardImpl(Stream stream, ffi::ScratchAllocator scratch, CallState* state,
-                             ffi::AnyBuffer grad_output, ffi::AnyBuffer input,
-                             ffi::Result<ffi::AnyBuffer> grad_input, bool has_beta, float beta) {
-  return Dispatch(stream, scratch, state, SwishBackwardOp{has_beta, beta},
-                  {{&grad_output, &input}, {&*grad_input}});
-}
-template <typename StreamCtx>
-auto SwishBackwardBinding() {
-  return Bind<StreamCtx>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>()
-      .template Attr<bool>("has_beta")
-      .template Attr<float>("beta");
-}
-
-template <typename Stream>
-ffi::Error BatchNormReduceBackwardImpl(
-    Stream stream, ffi::ScratchAllocator scratch, CallState* state, ffi::AnyBuffer grad_out,
-    ffi::AnyBuffer input, ffi::AnyBuffer mean, ffi::AnyBuffer invstd, ffi::AnyBuffer weight,
-    ffi::Result<ffi::AnyBuffer> sum_dy, ffi::Result<ffi::AnyBuffer> sum_dy_xmu,
-    ffi::Result<ffi::AnyBuffer> grad_weight, ffi::Result<ffi::AnyBuffer> grad_bias,
-    bool has_weight, bool input_g, bool weight_g, bool bias_g) {
-  // Masked outputs (and an absent weight) are zero-sized placeholders in the
-  // custom call and null pointers for aclnn.
-  return Dispatch(stream, scratch, state, BatchNormReduceBackwardOp{input_g, weight_g, bias_g},
-                  {{&grad_out, &input, &mean, &invstd, has_weight ? &weight : nullptr},
-                   {input_g ? &*sum_dy : nullptr, input_g ? &*sum_dy_xmu : nullptr,
-                    weight_g ? &*grad_weight : nullptr, bias_g ? &*grad_bias : nullptr}});
-}
-template <typename StreamCtx>
-auto BatchNormReduceBackwardBinding() {
-  return Bind<StreamCtx>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>()
-      .template Attr<bool>("has_weight")
-      .template Attr<bool>("input_g")
-      .template Attr<bool>("weight_g")
-      .template Attr<bool>("bias_g");
-}
 
 // The attributes are the operator's; jaxlib 0.8.1 passes them to this stage
 // too (later releases pass none), so they are taken as a dictionary, unused.
@@ -579,11 +585,11 @@ ffi::ErrorOr<std::unique_ptr<CallState>> InstantiateCallState(ffi::Dictionary) {
 XLA_FFI_DEFINE_HANDLER(kInstantiate, InstantiateCallState,
                        ffi::Ffi::BindInstantiate().Attrs<ffi::Dictionary>());
 
-#define JAX_ACLNN_DEFINE_HANDLERS(Name, name)                                          \
-  XLA_FFI_DEFINE_HANDLER(k##Name##Cpu, Name##Impl<ffi::ThreadPool>,                   \
-                         Name##Binding<ffi::ThreadPool>());                            \
-  XLA_FFI_DEFINE_HANDLER(k##Name##Npu, Name##Impl<void*>,                              \
-                         Name##Binding<ffi::PlatformStream<void*>>());
+#define JAX_ACLNN_DEFINE_HANDLERS(Name, name)                                      \
+  XLA_FFI_DEFINE_HANDLER(k##Name##Cpu, Handler<Name##Op>::Impl<ffi::ThreadPool>,  \
+                         Handler<Name##Op>::Binding<ffi::ThreadPool>());          \
+  XLA_FFI_DEFINE_HANDLER(k##Name##Npu, Handler<Name##Op>::Impl<void*>,           \
+                         Handler<Name##Op>::Binding<ffi::PlatformStream<void*>>());
 JAX_ACLNN_OPERATORS(JAX_ACLNN_DEFINE_HANDLERS)
 #undef JAX_ACLNN_DEFINE_HANDLERS
 
