@@ -7,6 +7,14 @@
 #ifndef JAX_ACLNN_OPERATORS_H_
 #define JAX_ACLNN_OPERATORS_H_
 
+// Each operator's own files (csrc/ops/): the FFI handler's part (<op>.h),
+// the host provider's part (<op>.cc).
+#include "ops/smooth_l1_loss_backward.h"
+#include "ops/logit_grad.h"
+#include "ops/hardshrink_backward.h"
+#include "ops/swish_backward.h"
+#include "ops/batch_norm_reduce_backward.h"
+
 #define JAX_ACLNN_OPERATORS(X)                          \
   X(SmoothL1LossBackward, smooth_l1_loss_backward)     \
   X(LogitGrad, logit_grad)                             \
