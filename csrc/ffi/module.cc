@@ -61,6 +61,24 @@ NB_MODULE(_aclnn_ffi, m) {
       "{jax_aclnn function: aclnn operator}, the list of csrc/operators.h.");
 
   m.def(
+      "operator_attributes",
+      [] {
+        nb::dict ops;
+#define JAX_ACLNN_ATTRIBUTE_TYPE(type, name) attributes[#name] = AttributeType<type>::kName;
+#define JAX_ACLNN_OPERATOR_ATTRIBUTES(Name, name) \
+  {                                               \
+    nb::dict attributes;                          \
+    JAX_ACLNN_ATTRIBUTES_##Name(JAX_ACLNN_ATTRIBUTE_TYPE) ops[#name] = attributes; \
+  }
+        JAX_ACLNN_OPERATORS(JAX_ACLNN_OPERATOR_ATTRIBUTES)
+#undef JAX_ACLNN_OPERATOR_ATTRIBUTES
+#undef JAX_ACLNN_ATTRIBUTE_TYPE
+        return ops;
+      },
+      "{jax_aclnn function: {attribute: NumPy dtype name}}: the custom call's attributes, "
+      "as the handlers decode them (csrc/ops/).");
+
+  m.def(
       "state_type",
       [] {
         nb::dict d;
