@@ -128,6 +128,10 @@ aclnnStatus SetBroadcastInputs(aclOpExecutor* ex, const char* const* names,
   return ACLNN_SUCCESS;
 }
 
+void RunPointwiseExecutor(const aclOpExecutor& ex, void*, const JaxAclnnHostStream* stream) {
+  RunPointwise(ex.pointwise, ex.params, ex.inputs, ex.num_inputs, ex.outputs[0], stream);
+}
+
 }  // namespace
 
 aclnnStatus PointwiseGetWorkspaceSize(const char* op, PointwiseOp kind,
@@ -158,7 +162,7 @@ aclnnStatus PointwiseGetWorkspaceSize(const char* op, PointwiseOp kind,
   auto* ex = new (std::nothrow) aclOpExecutor{};
   if (ex == nullptr) return Fail(ACLNN_ERR_INNER, "%s: out of memory", op);
   ex->op_name = op;
-  ex->kind = Kind::kPointwise;
+  ex->run = RunPointwiseExecutor;
   ex->pointwise = kind;
   ex->params = params;
   if (aclnnStatus st = SetBroadcastInputs(ex, names, inputs, n, out, out_name)) {
@@ -202,16 +206,7 @@ aclnnStatus Execute(const char* op, void* workspace, uint64_t workspace_size,
     return Fail(ACLNN_ERR_PARAM_INVALID, "%s: workspace of %llu bytes given, %llu needed", op,
                 static_cast<unsigned long long>(workspace_size),
                 static_cast<unsigned long long>(ex->workspace_size));
-  const JaxAclnnHostStream* host_stream = AsHostStream(stream);
-  if (ex->kind == Kind::kPointwise) {
-    RunPointwise(ex->pointwise, ex->params, ex->inputs, ex->num_inputs, ex->outputs[0],
-                 host_stream);
-  } else {
-    const View* outs[kMaxOutputs];
-    for (int k = 0; k < kMaxOutputs; ++k) outs[k] = ex->has_output[k] ? &ex->outputs[k] : nullptr;
-    RunBatchNormReduce(ex->inputs[0], ex->inputs[1], ex->inputs[2], ex->inputs[3], outs,
-                       workspace, host_stream);
-  }
+  ex->run(*ex, workspace, AsHostStream(stream));
   if (!ex->repeatable) delete ex;
   return ACLNN_SUCCESS;
 }

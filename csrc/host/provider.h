@@ -10,6 +10,7 @@
 
 #include "aclnn_abi.h"
 #include "host/kernels.h"
+#include "host_stream.h"
 
 struct aclTensor {
   jax_aclnn::host::View view;
@@ -27,15 +28,14 @@ namespace jax_aclnn::host {
 constexpr int kMaxInputs = 5;
 constexpr int kMaxOutputs = 4;
 
-enum class Kind { kPointwise, kBatchNormReduce };
-
 }  // namespace jax_aclnn::host
 
 using jax_aclnn::host::View;
 
 struct aclOpExecutor {
   const char* op_name;
-  jax_aclnn::host::Kind kind;
+  // The second phase's work on the executor's views (set by the first).
+  void (*run)(const aclOpExecutor& ex, void* workspace, const JaxAclnnHostStream* stream);
   jax_aclnn::host::PointwiseOp pointwise;
   jax_aclnn::host::PointwiseParams params;
   View inputs[jax_aclnn::host::kMaxInputs];

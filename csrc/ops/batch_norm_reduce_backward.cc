@@ -31,6 +31,14 @@ bool InnerDimsCollapse(const View& v) {
   return true;
 }
 
+void RunBatchNormReduceExecutor(const aclOpExecutor& ex, void* workspace,
+                                const JaxAclnnHostStream* stream) {
+  const View* outs[kMaxOutputs];
+  for (int k = 0; k < kMaxOutputs; ++k) outs[k] = ex.has_output[k] ? &ex.outputs[k] : nullptr;
+  RunBatchNormReduce(ex.inputs[0], ex.inputs[1], ex.inputs[2], ex.inputs[3], outs, workspace,
+                     stream);
+}
+
 }  // namespace
 }  // namespace jax_aclnn::host
 
@@ -81,7 +89,7 @@ aclnnStatus aclnnBatchNormReduceBackwardGetWorkspaceSize(
   auto* ex = new (std::nothrow) aclOpExecutor{};
   if (ex == nullptr) return Fail(ACLNN_ERR_INNER, "%s: out of memory", op);
   ex->op_name = op;
-  ex->kind = Kind::kBatchNormReduce;
+  ex->run = RunBatchNormReduceExecutor;
   ex->num_inputs = 5;
   ex->num_outputs = 4;
   const aclTensor* all_inputs[] = {gradOut, input, mean, invstd, weight};
