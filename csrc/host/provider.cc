@@ -135,13 +135,22 @@ void RunPointwiseExecutor(const aclOpExecutor& ex, void*, const JaxAclnnHostStre
 }  // namespace
 
 aclnnStatus PointwiseGetWorkspaceSize(const char* op, PointwiseOp kind,
-                                      const PointwiseParams& params, const char* const* names,
-                                      const aclTensor* const* inputs, int n,
-                                      const aclTensor* out, const char* out_name,
+                                      const PointwiseParams& params,
+                                      std::initializer_list<Operand> operands, Operand out_operand,
                                       bool same_shape, uint64_t* workspace_size,
                                       aclOpExecutor** executor) {
   if (workspace_size == nullptr || executor == nullptr)
     return Fail(ACLNN_ERR_PARAM_NULLPTR, "%s: workspaceSize or executor is a null pointer", op);
+  if (operands.size() > kMaxInputs) return Fail(ACLNN_ERR_INNER, "%s: too many inputs", op);
+  const char* names[kMaxInputs];
+  const aclTensor* inputs[kMaxInputs];
+  int n = 0;
+  for (const Operand& o : operands) {
+    names[n] = o.name;
+    inputs[n++] = o.tensor;
+  }
+  const char* out_name = out_operand.name;
+  const aclTensor* out = out_operand.tensor;
   for (int k = 0; k < n; ++k) {
     if (aclnnStatus st = CheckTensor(op, names[k], inputs[k])) return st;
     if (k > 0)

@@ -6,11 +6,13 @@
 #define JAX_ACLNN_HOST_PROVIDER_H_
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "aclnn_abi.h"
 #include "host/kernels.h"
 #include "host_stream.h"
+#include "operators.h"
 
 struct aclTensor {
   jax_aclnn::host::View view;
@@ -59,13 +61,18 @@ std::string ShapeString(const View& v);
 aclnnStatus CheckTensor(const char* op, const char* name, const aclTensor* t);
 aclnnStatus CheckSameType(const char* op, const char* a_name, const aclTensor* a,
                           const char* b_name, const aclTensor* b);
+// A tensor argument of an aclnn function and its name there.
+struct Operand {
+  const char* name;
+  const aclTensor* tensor;
+};
+
 // The first phase of the element-wise operators: checks the tensors (the
 // inputs broadcast to `out`, or have its shape if `same_shape`) and makes
 // the executor.
 aclnnStatus PointwiseGetWorkspaceSize(const char* op, PointwiseOp kind,
-                                      const PointwiseParams& params, const char* const* names,
-                                      const aclTensor* const* inputs, int n,
-                                      const aclTensor* out, const char* out_name,
+                                      const PointwiseParams& params,
+                                      std::initializer_list<Operand> operands, Operand out,
                                       bool same_shape, uint64_t* workspace_size,
                                       aclOpExecutor** executor);
 

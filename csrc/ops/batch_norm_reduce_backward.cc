@@ -1,12 +1,11 @@
-// aclnnBatchNormReduceBackward on the host provider: its first phase.
+// aclnnBatchNormReduceBackward on the host provider: its first phase and the
+// work of its second (the second phase itself is the same for every
+// operator, host/provider.cc).
 #include "host/dtype.h"
 #include "host/provider.h"
-#include "operators.h"
 
 namespace jax_aclnn::host {
 namespace {
-
-constexpr const char* kBnReduce = kAclnnOpNames[kBatchNormReduceBackward];
 
 // A (C,) vector of the batch-norm reduction: in the input's dtype or, with a
 // half-precision input, in float32 (float32 statistics, as CANN and ATen take
@@ -42,16 +41,15 @@ void RunBatchNormReduceExecutor(const aclOpExecutor& ex, void* workspace,
 }  // namespace
 }  // namespace jax_aclnn::host
 
-using namespace jax_aclnn::host;  // NOLINT: the exported C functions below
+using namespace jax_aclnn;        // NOLINT: the operator list
+using namespace jax_aclnn::host;  // NOLINT: the provider's common code
 
-extern "C" {
-
-aclnnStatus aclnnBatchNormReduceBackwardGetWorkspaceSize(
+extern "C" aclnnStatus aclnnBatchNormReduceBackwardGetWorkspaceSize(
     const aclTensor* gradOut, const aclTensor* input, const aclTensor* mean,
     const aclTensor* invstd, const aclTensor* weight, const bool inputG, const bool weightG,
     const bool biasG, aclTensor* sumDy, aclTensor* sumDyXmu, aclTensor* gradWeight,
     aclTensor* gradBias, uint64_t* workspaceSize, aclOpExecutor** executor) {
-  const char* op = kBnReduce;
+  const char* op = kAclnnOpNames[kBatchNormReduceBackward];
   if (workspaceSize == nullptr || executor == nullptr)
     return Fail(ACLNN_ERR_PARAM_NULLPTR, "%s: workspaceSize or executor is a null pointer", op);
   if (aclnnStatus st = CheckTensor(op, "gradOut", gradOut)) return st;
@@ -106,5 +104,3 @@ aclnnStatus aclnnBatchNormReduceBackwardGetWorkspaceSize(
   *executor = ex;
   return ACLNN_SUCCESS;
 }
-
-}  // extern "C"

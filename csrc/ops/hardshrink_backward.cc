@@ -1,35 +1,19 @@
-// aclnnHardshrinkBackward on the host provider: its first phase.
-#include "host/dtype.h"
+// aclnnHardshrinkBackward on the host provider: its first phase (the second phase is the
+// same for every operator, host/provider.cc).
 #include "host/provider.h"
-#include "operators.h"
 
-namespace jax_aclnn::host {
-namespace {
+using namespace jax_aclnn;        // NOLINT: the operator list
+using namespace jax_aclnn::host;  // NOLINT: the provider's common code
 
-constexpr const char* kHardshrink = kAclnnOpNames[kHardshrinkBackward];
-
-}  // namespace
-}  // namespace jax_aclnn::host
-
-using namespace jax_aclnn::host;  // NOLINT: the exported C functions below
-
-extern "C" {
-
-aclnnStatus aclnnHardshrinkBackwardGetWorkspaceSize(const aclTensor* gradOutput,
-                                                    const aclTensor* self,
-                                                    const aclScalar* lambd,
-                                                    aclTensor* gradInput,
-                                                    uint64_t* workspaceSize,
-                                                    aclOpExecutor** executor) {
-  if (lambd == nullptr)
-    return Fail(ACLNN_ERR_PARAM_NULLPTR, "%s: lambd is a null pointer", kHardshrink);
+extern "C" aclnnStatus aclnnHardshrinkBackwardGetWorkspaceSize(
+    const aclTensor* gradOutput, const aclTensor* self, const aclScalar* lambd,
+    aclTensor* gradInput, uint64_t* workspaceSize, aclOpExecutor** executor) {
+  const char* op = kAclnnOpNames[kHardshrinkBackward];
+  if (lambd == nullptr) return Fail(ACLNN_ERR_PARAM_NULLPTR, "%s: lambd is a null pointer", op);
   PointwiseParams p;
   p.lambd = lambd->value > 0.0 ? static_cast<float>(lambd->value) : 0.0f;
-  const char* names[] = {"gradOutput", "self"};
-  const aclTensor* inputs[] = {gradOutput, self};
-  return PointwiseGetWorkspaceSize(kHardshrink, PointwiseOp::kHardshrinkBackward, p, names,
-                                   inputs, 2, gradInput, "gradInput", false, workspaceSize,
+  return PointwiseGetWorkspaceSize(op, PointwiseOp::kHardshrinkBackward, p,
+                                   {{"gradOutput", gradOutput}, {"self", self}},
+                                   {"gradInput", gradInput}, /*same_shape=*/false, workspaceSize,
                                    executor);
 }
-
-}  // extern "C"

@@ -1,30 +1,17 @@
-// aclnnSwishBackward on the host provider: its first phase.
-#include "host/dtype.h"
+// aclnnSwishBackward on the host provider: its first phase (the second phase is the
+// same for every operator, host/provider.cc).
 #include "host/provider.h"
-#include "operators.h"
 
-namespace jax_aclnn::host {
-namespace {
+using namespace jax_aclnn;        // NOLINT: the operator list
+using namespace jax_aclnn::host;  // NOLINT: the provider's common code
 
-constexpr const char* kSwish = kAclnnOpNames[kSwishBackward];
-
-}  // namespace
-}  // namespace jax_aclnn::host
-
-using namespace jax_aclnn::host;  // NOLINT: the exported C functions below
-
-extern "C" {
-
-aclnnStatus aclnnSwishBackwardGetWorkspaceSize(const aclTensor* gradOutput, const aclTensor* self,
-                                               const aclScalar* betaOptional,
-                                               aclTensor* gradInput, uint64_t* workspaceSize,
-                                               aclOpExecutor** executor) {
+extern "C" aclnnStatus aclnnSwishBackwardGetWorkspaceSize(
+    const aclTensor* gradOutput, const aclTensor* self, const aclScalar* betaOptional,
+    aclTensor* gradInput, uint64_t* workspaceSize, aclOpExecutor** executor) {
   PointwiseParams p;
   p.beta = betaOptional != nullptr ? static_cast<float>(betaOptional->value) : 1.0f;
-  const char* names[] = {"gradOutput", "self"};
-  const aclTensor* inputs[] = {gradOutput, self};
-  return PointwiseGetWorkspaceSize(kSwish, PointwiseOp::kSwishBackward, p, names, inputs, 2,
-                                   gradInput, "gradInput", true, workspaceSize, executor);
+  return PointwiseGetWorkspaceSize(kAclnnOpNames[kSwishBackward], PointwiseOp::kSwishBackward, p,
+                                   {{"gradOutput", gradOutput}, {"self", self}},
+                                   {"gradInput", gradInput}, /*same_shape=*/true, workspaceSize,
+                                   executor);
 }
-
-}  // extern "C"
