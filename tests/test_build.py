@@ -10,6 +10,7 @@ import subprocess
 import tomllib
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,9 +59,11 @@ def cmake_sources(variable: str) -> set[str]:
     """A source list of CMakeLists.txt, its file(GLOB ...) variables expanded."""
     text = (ROOT / "CMakeLists.txt").read_text()
     body = re.search(rf"set\({variable}\s+(.*?)\)", text, re.S).group(1)
-    globs = {f"${{{args[1]}}}": {str(p.relative_to(ROOT)) for pattern in args[2:] if pattern != "CONFIGURE_DEPENDS"
-                                  for p in ROOT.glob(pattern)}
-             for name, args in cmake_commands() if name == "file" and args[:1] == ["GLOB"]}
+    globs = {}  # file(GLOB VAR CONFIGURE_DEPENDS pattern...)
+    for name, args in cmake_commands():
+        if name == "file" and args[0] == "GLOB":
+            patterns = [arg for arg in args[2:] if arg != "CONFIGURE_DEPENDS"]
+            globs[f"${{{args[1]}}}"] = {str(p.relative_to(ROOT)) for pattern in patterns for p in ROOT.glob(pattern)}
     return set().union(*(globs.get(word, {word}) for word in body.split()))
 
 
@@ -212,3 +215,42 @@ def test_the_python_operators_are_those_of_the_cpp_operator_list():
     python = {op.name: op.aclnn_name for op in AclnnPrimitive.__subclasses__()}
     assert python == _aclnn_ffi.operators()
     assert set(_aclnn_ffi.registrations()) == {f"aclnn_{name}" for name in python}
+
+
+def test_every_operator_declares_its_attributes():
+    """operator_attributes() is the attribute declarations of csrc/ops/, the
+    ones the handlers decode: one entry per operator, NumPy dtype names."""
+    from jax_aclnn._ffi import _aclnn_ffi
+
+    attributes = _aclnn_ffi.operator_attributes()
+    assert list(attributes) == list(_aclnn_ffi.operators())
+    for declared in attributes.values():
+        assert declared and set(declared.values()) <= {"bool", "int64", "float32", "float64"}
+
+
+def logit_grad_call(**attrs):
+    """The custom call of logit_grad (dy / (x (1 - x))) at x = dy = 0.5."""
+    import jax
+    import jax.numpy as jnp
+
+    x = jnp.full((4,), 0.5, jnp.float32)
+    return jax.ffi.ffi_call("aclnn_logit_grad", jax.ShapeDtypeStruct(x.shape, x.dtype))(x, x, **attrs)
+
+
+def test_the_handlers_decode_the_declared_attributes():
+    np.testing.assert_array_equal(logit_grad_call(eps=np.float64(0.1)), np.full(4, 2.0, np.float32))
+
+
+@pytest.mark.parametrize("attrs", [
+    {"epsilon": np.float64(0.1)},                     # another name
+    {"eps": np.float32(0.1)},                         # another type
+    {"eps": np.float64(0.1), "beta": np.float32(1)},  # one more
+    {},                                               # one fewer
+])
+def test_the_handlers_refuse_attributes_other_than_declared(attrs):
+    """A custom call whose attributes differ from the operator's declaration
+    in name, type or number fails to decode (INVALID_ARGUMENT), never runs."""
+    import jax
+
+    with pytest.raises(Exception, match="INVALID_ARGUMENT.*decode"):
+        jax.block_until_ready(logit_grad_call(**attrs))
