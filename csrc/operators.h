@@ -8,7 +8,14 @@
 #define JAX_ACLNN_OPERATORS_H_
 
 // Each operator's own files (csrc/ops/): the FFI handler's part (<op>.h),
-// the host provider's part (<op>.cc).
+// the host provider's part (<op>.cc). <op>.h declares its attributes
+// (attributes.h) and a struct jax_aclnn::ops::<Name> with
+//   kNumInputs, kNumOutputs  its buffers, in the aclnn signature's order;
+//   Attributes attrs         JAX_ACLNN_ATTRIBUTES_STRUCT(<Name>);
+//   GetWorkspaceSize(api, descriptors, in, out, workspaceSize, executor)
+//                            the aclnn first-phase call (descriptors.Scalar(v)
+//                            makes an aclScalar, destroyed with the call's);
+//   OmitAbsent(buffers)      optional: nulls the buffers absent in this call.
 #include "ops/smooth_l1_loss_backward.h"
 #include "ops/logit_grad.h"
 #include "ops/hardshrink_backward.h"

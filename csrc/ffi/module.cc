@@ -64,7 +64,7 @@ NB_MODULE(_aclnn_ffi, m) {
       "operator_attributes",
       [] {
         nb::dict ops;
-#define JAX_ACLNN_ATTRIBUTE_TYPE(type, name) attributes[#name] = AttributeType<type>::kName;
+#define JAX_ACLNN_ATTRIBUTE_TYPE(type, name) attributes[#name] = AttributeType<type>();
 #define JAX_ACLNN_OPERATOR_ATTRIBUTES(Name, name) \
   {                                               \
     nb::dict attributes;                          \

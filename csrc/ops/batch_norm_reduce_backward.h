@@ -20,9 +20,7 @@ namespace jax_aclnn::ops {
 
 struct BatchNormReduceBackward {
   static constexpr int kNumInputs = 5, kNumOutputs = 4;
-  struct Attributes {
-    JAX_ACLNN_ATTRIBUTES_BatchNormReduceBackward(JAX_ACLNN_ATTRIBUTE_MEMBER)
-  } attrs;
+  JAX_ACLNN_ATTRIBUTES_STRUCT(BatchNormReduceBackward) attrs;
   // Masked outputs (and an absent weight) are zero-sized placeholders in the
   // custom call and null pointers for aclnn.
   template <typename Buffers>

@@ -15,9 +15,7 @@ namespace jax_aclnn::ops {
 
 struct HardshrinkBackward {
   static constexpr int kNumInputs = 2, kNumOutputs = 1;
-  struct Attributes {
-    JAX_ACLNN_ATTRIBUTES_HardshrinkBackward(JAX_ACLNN_ATTRIBUTE_MEMBER)
-  } attrs;
+  JAX_ACLNN_ATTRIBUTES_STRUCT(HardshrinkBackward) attrs;
   template <typename Api, typename Descriptors>
   aclnnStatus GetWorkspaceSize(const Api& api, Descriptors& d, aclTensor** in, aclTensor** out,
                                uint64_t* ws, aclOpExecutor** ex) const {

@@ -17,9 +17,7 @@ namespace jax_aclnn::ops {
 
 struct SmoothL1LossBackward {
   static constexpr int kNumInputs = 3, kNumOutputs = 1;
-  struct Attributes {
-    JAX_ACLNN_ATTRIBUTES_SmoothL1LossBackward(JAX_ACLNN_ATTRIBUTE_MEMBER)
-  } attrs;
+  JAX_ACLNN_ATTRIBUTES_STRUCT(SmoothL1LossBackward) attrs;
   template <typename Api, typename Descriptors>
   aclnnStatus GetWorkspaceSize(const Api& api, Descriptors&, aclTensor** in, aclTensor** out,
                                uint64_t* ws, aclOpExecutor** ex) const {

@@ -17,9 +17,7 @@ namespace jax_aclnn::ops {
 
 struct SwishBackward {
   static constexpr int kNumInputs = 2, kNumOutputs = 1;
-  struct Attributes {
-    JAX_ACLNN_ATTRIBUTES_SwishBackward(JAX_ACLNN_ATTRIBUTE_MEMBER)
-  } attrs;
+  JAX_ACLNN_ATTRIBUTES_STRUCT(SwishBackward) attrs;
   template <typename Api, typename Descriptors>
   aclnnStatus GetWorkspaceSize(const Api& api, Descriptors& d, aclTensor** in, aclTensor** out,
                                uint64_t* ws, aclOpExecutor** ex) const {
