@@ -31,7 +31,7 @@
 // The attribute structs' decoding, from each operator's one declaration.
 #define JAX_ACLNN_STRUCT_MEMBER(type, name) , ::xla::ffi::StructMember<type>(#name)
 #define JAX_ACLNN_REGISTER_ATTRIBUTES(...) XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(__VA_ARGS__);
-#define JAX_ACLNN_ATTRIBUTE_DECODING(Name, name)         \
+#define JAX_ACLNN_ATTRIBUTE_DECODING(Name, name)                    \
   JAX_ACLNN_REGISTER_ATTRIBUTES(::jax_aclnn::ops::Name::Attributes \
                                 JAX_ACLNN_ATTRIBUTES_##Name(JAX_ACLNN_STRUCT_MEMBER))
 JAX_ACLNN_OPERATORS(JAX_ACLNN_ATTRIBUTE_DECODING)
@@ -403,10 +403,10 @@ ffi::Error Dispatch(void* npu_stream, ffi::ScratchAllocator& scratch, CallState*
 // ----- the handlers: one binding and implementation for every operator -----
 
 // An operator of csrc/ops/ with its place in the operator list.
-#define JAX_ACLNN_OPERATOR(Name, name)                          \
-  struct Name##Op : ops::Name {                                 \
-    static constexpr OpId kId = k##Name;                        \
-    static constexpr auto kExecute = &AclnnApi::aclnn##Name;    \
+#define JAX_ACLNN_OPERATOR(Name, name)                       \
+  struct Name##Op : ops::Name {                              \
+    static constexpr OpId kId = k##Name;                     \
+    static constexpr auto kExecute = &AclnnApi::aclnn##Name; \
   };
 JAX_ACLNN_OPERATORS(JAX_ACLNN_OPERATOR)
 #undef JAX_ACLNN_OPERATOR
@@ -474,10 +474,10 @@ ffi::ErrorOr<std::unique_ptr<CallState>> InstantiateCallState(ffi::Dictionary) {
 XLA_FFI_DEFINE_HANDLER(kInstantiate, InstantiateCallState,
                        ffi::Ffi::BindInstantiate().Attrs<ffi::Dictionary>());
 
-#define JAX_ACLNN_DEFINE_HANDLERS(Name, name)                                      \
-  XLA_FFI_DEFINE_HANDLER(k##Name##Cpu, Handler<Name##Op>::Impl<ffi::ThreadPool>,  \
-                         Handler<Name##Op>::Binding<ffi::ThreadPool>());          \
-  XLA_FFI_DEFINE_HANDLER(k##Name##Npu, Handler<Name##Op>::Impl<void*>,           \
+#define JAX_ACLNN_DEFINE_HANDLERS(Name, name)                                     \
+  XLA_FFI_DEFINE_HANDLER(k##Name##Cpu, Handler<Name##Op>::Impl<ffi::ThreadPool>, \
+                         Handler<Name##Op>::Binding<ffi::ThreadPool>());         \
+  XLA_FFI_DEFINE_HANDLER(k##Name##Npu, Handler<Name##Op>::Impl<void*>,          \
                          Handler<Name##Op>::Binding<ffi::PlatformStream<void*>>());
 JAX_ACLNN_OPERATORS(JAX_ACLNN_DEFINE_HANDLERS)
 #undef JAX_ACLNN_DEFINE_HANDLERS

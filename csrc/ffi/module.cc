@@ -65,10 +65,11 @@ NB_MODULE(_aclnn_ffi, m) {
       [] {
         nb::dict ops;
 #define JAX_ACLNN_ATTRIBUTE_TYPE(type, name) attributes[#name] = AttributeType<type>();
-#define JAX_ACLNN_OPERATOR_ATTRIBUTES(Name, name) \
-  {                                               \
-    nb::dict attributes;                          \
-    JAX_ACLNN_ATTRIBUTES_##Name(JAX_ACLNN_ATTRIBUTE_TYPE) ops[#name] = attributes; \
+#define JAX_ACLNN_OPERATOR_ATTRIBUTES(Name, name)             \
+  {                                                           \
+    nb::dict attributes;                                      \
+    JAX_ACLNN_ATTRIBUTES_##Name(JAX_ACLNN_ATTRIBUTE_TYPE)     \
+    ops[#name] = attributes;                                  \
   }
         JAX_ACLNN_OPERATORS(JAX_ACLNN_OPERATOR_ATTRIBUTES)
 #undef JAX_ACLNN_OPERATOR_ATTRIBUTES
