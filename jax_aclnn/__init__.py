@@ -20,19 +20,19 @@ on an Ascend NPU on CANN, both through the same XLA FFI handlers; on other
 platforms they lower to their pure-JAX definitions.
 """
 
-from jax_aclnn._ffi import (
-    export_disabled_checks,
-    load_cann,
-    reset_runtime_stats,
-    runtime_stats,
-    set_executor_reuse,
-)
-from jax_aclnn.nn import batch_norm, hardshrink, logit, silu, smooth_l1_loss, swish
+from jax_aclnn._registration import export_disabled_checks
+from jax_aclnn._runtime import load_cann, reset_runtime_stats, runtime_stats, set_executor_reuse
 from jax_aclnn.ops import (
+    batch_norm,
     batch_norm_reduce_backward,
+    hardshrink,
     hardshrink_backward,
+    logit,
     logit_grad,
+    silu,
+    smooth_l1_loss,
     smooth_l1_loss_backward,
+    swish,
     swish_backward,
 )
 

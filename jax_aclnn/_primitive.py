@@ -8,15 +8,13 @@ Lowering: on the platforms with a jax_aclnn FFI handler (``"cpu"`` and the
 NPU platform) the primitive becomes one XLA typed-FFI custom call; on every
 other platform it lowers to its pure-JAX reference, so user code runs
 anywhere. ``JAX_ACLNN_REFERENCE`` forces the reference path when a call is
-traced: ``all`` (or ``1``), or a comma-separated list of operator names such
-as ``swish_backward,logit_grad``. When XLA partitions the program over
+traced (:mod:`jax_aclnn._switches`). When XLA partitions the program over
 several devices, the custom call is wrapped in ``custom_partitioning`` with
 the rules of :mod:`jax_aclnn._sharding`.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from functools import partial
 from typing import Any, ClassVar
@@ -26,19 +24,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax.core import ShapedArray
 
-from jax_aclnn import _autodiff, _checks, _compat, _ffi, _sharding
-
-REFERENCE_ENV = "JAX_ACLNN_REFERENCE"
+from jax_aclnn import _autodiff, _batching, _checks, _compat, _registration, _sharding, _switches
 
 
-def reference_forced(name: str) -> bool:
-    """True when ``$JAX_ACLNN_REFERENCE`` selects the pure-JAX path for ``name``."""
-    value = os.environ.get(REFERENCE_ENV, "").strip().lower()
-    if value in ("", "0", "false", "no"):
-        return False
-    if value in ("1", "all", "true", "yes"):
-        return True
-    return name in {v.strip() for v in value.split(",")}
+#: The operators by name (``AclnnPrimitive.name``), in the order their
+#: modules define them; each operator adds itself when it is created.
+OPERATORS: dict[str, AclnnPrimitive] = {}
 
 
 class AclnnPrimitive:
@@ -87,6 +78,7 @@ class AclnnPrimitive:
         _compat.require_devices_during_lowering(p)
         self.primitive = p
         self.transposed = _autodiff.register(self)
+        OPERATORS[self.name] = self
 
     # --- to implement -----------------------------------------------------
     def abstract_eval(self, *avals: ShapedArray, **params: Any) -> Any:
@@ -150,7 +142,7 @@ class AclnnPrimitive:
         return self.transposed.bind(cts, others, linear_aval, **params)
 
     def bind(self, *args: Any, **params: Any) -> Any:
-        if reference_forced(self.name):
+        if _switches.reference_forced(self.name):
             return self.reference(*args, **params)
         return self.primitive.bind(*_compat.match_varying_axes(args), **params)
 
@@ -158,12 +150,12 @@ class AclnnPrimitive:
         """Binds an element-wise operator (one result of the operands'
         broadcast shape) to operands that vmap's batch axis may have taken
         past aclnn's rank limit: then the call runs on the operands with
-        their dimensions merged (:func:`merged_shapes`) and the result gets
-        the broadcast shape back."""
+        their dimensions merged (:func:`jax_aclnn._batching.merged_shapes`)
+        and the result gets the broadcast shape back."""
         shape = tuple(np.broadcast_shapes(*(a.shape for a in operands)))
         if len(shape) <= _checks.MAX_RANK:
             return self.bind(*operands, **params)
-        shapes = merged_shapes(self.name, self.operand_names, [a.shape for a in operands])
+        shapes = _batching.merged_shapes(self.name, self.operand_names, [a.shape for a in operands])
         merged = [jnp.reshape(a, s) for a, s in zip(operands, shapes)]
         return jnp.reshape(self.bind(*merged, **params), shape)
 
@@ -208,82 +200,8 @@ class AclnnPrimitive:
         return _compat.lower_fun(fn, multiple_results=True)(ctx, *args)
 
     def _lower(self, ctx: Any, *args: Any, **params: Any) -> Any:
-        _ffi.ensure_npu_registered()
+        _registration.ensure_npu_registered()
         rules = {platform: partial(self._lower_ffi, platform=platform)
-                 for platform in _ffi.handler_platforms()}
+                 for platform in _registration.handler_platforms()}
         reference = _compat.lower_fun(self.reference, multiple_results=self.multiple_results)
         return _compat.lower_per_platform(ctx, self.name, rules, reference, set(), *args, **params)
-
-
-# --- batching helpers shared by the element-wise operators ---------------
-
-
-def merged_shapes(op: str, names: Sequence[str],
-                  shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, ...]]:
-    """Shapes of broadcasting operands with as few dimensions as broadcasting allows.
-
-    Dimensions of size 1 in the broadcast shape are dropped, and a run of
-    adjacent dimensions merges into one where every operand either has all
-    of them or broadcasts along all of them (size 1). Every operand gets the
-    merged rank; reshaped to these shapes, the operands broadcast to the
-    merged broadcast shape, whose elements are those of the original one in
-    the same (row-major) order.
-
-    Raises:
-      ValueError: more than 8 dimensions remain (aclnn's rank limit), naming
-        ``op`` and the operands' shapes.
-    """
-    shape = tuple(np.broadcast_shapes(*shapes))
-    padded = [(1,) * (len(shape) - len(s)) + tuple(s) for s in shapes]
-    groups: list[tuple[tuple[bool, ...], int]] = []  # (which operands have it, size)
-    for i, n in enumerate(shape):
-        if n == 1:
-            continue
-        has = tuple(p[i] != 1 for p in padded)
-        if groups and groups[-1][0] == has:
-            groups[-1] = (has, groups[-1][1] * n)
-        else:
-            groups.append((has, n))
-    if len(groups) > _checks.MAX_RANK:
-        listing = ", ".join(f"{n}{tuple(s)}" for n, s in zip(names, shapes))
-        too_long = ", ".join(n for n, s in zip(names, shapes) if len(s) > _checks.MAX_RANK)
-        raise ValueError(
-            f"{op}: with vmap's batch axis {too_long} has rank {len(shape)} (shapes "
-            f"{listing}); broadcasting leaves {len(groups)} dimensions that cannot be merged, "
-            f"and the aclnn operator takes at most {_checks.MAX_RANK}"
-        )
-    return [tuple(size if has[k] else 1 for has, size in groups) for k in range(len(shapes))]
-
-
-def batch_size(args: Sequence[Any], dims: Sequence[Any]) -> int:
-    return next(a.shape[d] for a, d in zip(args, dims) if d is not _compat.not_mapped)
-
-
-def batch_broadcasting(args: Sequence[Any], dims: Sequence[Any]) -> list[Any]:
-    """Operands of a broadcasting operator with the batch axis in front.
-
-    Mapped operands get their batch axis moved to 0 and size-1 axes after it
-    up to the largest per-example rank, so that numpy broadcasting still
-    aligns the per-example axes; unmapped operands broadcast as they are.
-    The result has the batch axis at 0.
-    """
-    size = batch_size(args, dims)
-    rank = max(a.ndim - (d is not _compat.not_mapped) for a, d in zip(args, dims))
-    out = []
-    for a, d in zip(args, dims):
-        if d is not _compat.not_mapped:
-            a = jnp.moveaxis(a, d, 0)
-            a = a.reshape((size,) + (1,) * (rank - a.ndim + 1) + a.shape[1:])
-        out.append(a)
-    return out
-
-
-def batch_same_shape(args: Sequence[Any], dims: Sequence[Any]) -> list[Any]:
-    """Operands of a same-shape operator, all with the batch axis at 0."""
-    size = batch_size(args, dims)
-    return [
-        jnp.broadcast_to(a, (size,) + a.shape)
-        if d is _compat.not_mapped
-        else jnp.moveaxis(a, d, 0)
-        for a, d in zip(args, dims)
-    ]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import jax.numpy as jnp
 import numpy as np
 
-from jax_aclnn import _ffi
+from jax_aclnn import _loading
 
 ACLNN_SUCCESS = 0
 ACLNN_ERR_PARAM_NULLPTR = 161001
@@ -48,7 +48,7 @@ for _op in ("SmoothL1LossBackward", "LogitGrad", "HardshrinkBackward", "SwishBac
 
 def load() -> ctypes.CDLL:
     """The host provider with the ABI's signatures set."""
-    lib = ctypes.CDLL(str(_ffi.HOST_PROVIDER_LIBRARY))
+    lib = ctypes.CDLL(str(_loading.HOST_PROVIDER_LIBRARY))
     for name, (restype, argtypes) in _SIGNATURES.items():
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, argtypes

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jax_aclnn as aclnn
-from jax_aclnn import _ffi
+from jax_aclnn import _loading, _registration
 from jax_aclnn.ops import primitive
 
 try:
@@ -61,7 +61,7 @@ def make_cann_standin(root: Path) -> Path:
     names (one copy, so that it is a library of its own, not the CPU's)."""
     lib64 = root / "lib64"
     lib64.mkdir(parents=True)
-    shutil.copy(_ffi.HOST_PROVIDER_LIBRARY, lib64 / CANN_LIBRARIES[0])
+    shutil.copy(_loading.HOST_PROVIDER_LIBRARY, lib64 / CANN_LIBRARIES[0])
     for name in CANN_LIBRARIES[1:]:
         (lib64 / name).symlink_to(CANN_LIBRARIES[0])
     return root
@@ -88,8 +88,8 @@ def npu_handler(target: str):
     """The handler registered for the NPU platform, registered with the test
     runtime after its state type, as XLA requires."""
     if target not in _handlers:
-        type_id = rt.register_type(_ffi.STATE_TYPE_NAME, _ffi._aclnn_ffi.state_type())
-        handler = rt.Handler(_ffi._aclnn_ffi.registrations()[target]["npu"])
+        type_id = rt.register_type(_registration.STATE_TYPE_NAME, _loading._aclnn_ffi.state_type())
+        handler = rt.Handler(_loading._aclnn_ffi.registrations()[target]["npu"])
         assert handler.state_type_id == type_id  # what its instantiate stage declares
         _handlers[target] = handler
     return _handlers[target]

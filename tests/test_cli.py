@@ -93,7 +93,7 @@ def test_train_on_messy_wine_data(capsys, tmp_path):
 
 
 def test_csv_rules(tmp_path):
-    from jax_aclnn._csv_data import read_regression_csv
+    from jax_aclnn.cli.csv_data import read_regression_csv
 
     path = tmp_path / "rules.csv"
     path.write_text(
@@ -132,7 +132,7 @@ def test_info_shows_full_paths_when_not_a_terminal():
 def test_info_folds_long_values_in_a_terminal():
     from rich.console import Console
 
-    from jax_aclnn import info
+    from jax_aclnn.cli import info
 
     path = "/opt/" + "/".join(f"folder-{i}" for i in range(20)) + "/libaclnn_host.so"
     console = Console(file=io.StringIO(), width=60, force_terminal=True, color_system=None)

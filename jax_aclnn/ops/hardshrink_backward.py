@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import jax
@@ -10,7 +11,8 @@ import numpy as np
 from jax.core import ShapedArray
 
 from jax_aclnn import _checks
-from jax_aclnn._primitive import AclnnPrimitive, batch_broadcasting
+from jax_aclnn._batching import batch_broadcasting
+from jax_aclnn._primitive import AclnnPrimitive
 
 
 def shrunk(x: Any, lambd: float) -> jax.Array:
@@ -62,7 +64,7 @@ def hardshrink_backward(grad_output: Any, input: Any, *, lambd: float = 0.5) -> 
     Returns:
       ``grad_input`` of the broadcast shape, in the inputs' dtype.
 
-    Transformations: all of :mod:`jax_aclnn.nn`'s. Linear in ``grad_output``:
+    Transformations: all of :mod:`jax_aclnn.ops`'. Linear in ``grad_output``:
     the transpose there (reverse mode) and the JVP in it (forward mode) run
     aclnnHardshrinkBackward again (summed over the axes ``grad_output``
     broadcasts along); the derivatives in the other operands are XLA code.
@@ -77,3 +79,35 @@ def hardshrink_backward(grad_output: Any, input: Any, *, lambd: float = 0.5) -> 
     g, x = _checks.float_arrays(op, grad_output=grad_output, input=input)
     _checks.broadcast_shape(op, ("grad_output", "input"), (g, x))
     return _op.bind(g, x, lambd=_checks.real_number(op, "lambd", lambd))
+
+
+# --- the differentiable operator whose derivative runs it ----------
+
+
+def hardshrink(x: Any, lambd: float = 0.5) -> jax.Array:
+    """0 where ``|x| <= lambd``, else ``x`` (``torch.nn.functional.hardshrink``:
+    a NaN passes through).
+
+    The derivative is aclnnHardshrinkBackward, on the cotangent in reverse
+    mode and on the tangent in forward mode. Both compare in float32, so
+    that in float16/bfloat16 the forward and the derivative agree on the
+    side of ``lambd`` of every element. Transformations: all (module
+    docstring). In a Flax module call it on a layer's output, e.g.
+    ``aclnn.hardshrink(nn.Dense(64)(x), 0.1)``.
+
+    Raises:
+      TypeError: unsupported dtype.
+    """
+    (xa,) = _checks.float_arrays("hardshrink", x=x)
+    return _hardshrink(xa, _checks.real_number("hardshrink", "lambd", lambd))
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _hardshrink(x, lambd):
+    return jnp.where(shrunk(x, lambd), jnp.zeros((), x.dtype), x)
+
+
+@_hardshrink.defjvp
+def _hardshrink_jvp(lambd, primals, tangents):
+    (x,), (t,) = primals, tangents
+    return _hardshrink(x, lambd), hardshrink_backward(t, x, lambd=lambd)

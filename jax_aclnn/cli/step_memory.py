@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 import jax_aclnn as aclnn
-from jax_aclnn._primitive import REFERENCE_ENV
+from jax_aclnn._switches import REFERENCE_ENV
 
 MODES = ("aclnn", "reference", "jnp")
 

@@ -25,7 +25,7 @@ gradient) and a chain of tiny calls, alternately with reuse on and off.
 
 Last, a training step's temporary memory (XLA's memory analysis), compile
 time and step time, through jax_aclnn against the same model in pure JAX
-(:mod:`jax_aclnn._step_memory`).
+(:mod:`jax_aclnn.cli.step_memory`).
 
 Outputs are compared first (a fast wrong answer is no result). Timings are
 paired and interleaved (aclnn, xla, torch, then xla, torch, aclnn, ...: each
@@ -54,8 +54,8 @@ import numpy as np
 from tqdm import tqdm
 
 import jax_aclnn as aclnn
-from jax_aclnn import _ffi
-from jax_aclnn._cli import UsageError, comma_list, integer, one_of
+from jax_aclnn import _runtime
+from jax_aclnn.cli.common import UsageError, comma_list, integer, one_of
 from jax_aclnn.ops import primitive
 
 OPS = ["smooth_l1_loss_backward", "logit_grad", "hardshrink_backward", "swish_backward",
@@ -233,7 +233,7 @@ def reuse_overhead(repeats: int, batch_size: int = 32, chain: int = 64) -> dict[
     ``chain`` dependent 16-element calls (dispatch cost only)."""
     import optax
 
-    from jax_aclnn import train
+    from jax_aclnn.cli import train
 
     data = train.load_data(None, None, seed=0)
     optimizer = optax.adam(1e-3)
@@ -359,7 +359,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     rng = np.random.default_rng(0)
     bandwidth = copy_bandwidth(args.repeats)
     print(f"memory copy bandwidth: {bandwidth:.1f} GB/s; {jax.device_count()} CPU device(s); "
-          f"host kernels {_ffi.host_kernel_target()}; "
+          f"host kernels {_runtime.host_kernel_target()}; "
           f"torch {'not installed' if torch is None else torch.__version__}")
     cases = [(o, s, d) for o in ops for d in dtypes for s in sizes]
     rows = [measure(o, s, d, args, rng) for o, s, d in tqdm(cases, desc="bench", unit="case", disable=args.quiet)]
@@ -376,9 +376,9 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         print_reuse_table(reuse)
     step = None
     if args.step_repeats > 0:
-        from jax_aclnn import _step_memory
+        from jax_aclnn.cli import step_memory
 
-        step = [_step_memory.measure(*shape, args.step_repeats) for shape in STEP_SHAPES]
+        step = [step_memory.measure(*shape, args.step_repeats) for shape in STEP_SHAPES]
         print_step_table(step)
     if out is not None:
         (out / "bench.json").write_text(json.dumps(
