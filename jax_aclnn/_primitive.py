@@ -37,15 +37,21 @@ class AclnnPrimitive:
 
     Subclasses set ``name`` (the JAX primitive and public function name),
     ``aclnn_name`` (the aclnn operator), ``operand_names`` (the public
-    argument names of the operands, for error messages) and implement
-    ``abstract_eval``, ``reference``, ``ffi_attributes`` and ``batch``;
-    ``factors``, ``local_call``, ``linear_operand``, ``self_adjoint`` and
-    ``transpose_reference`` when the element-wise defaults do not fit.
+    argument names of the operands, for error messages) and ``attributes``
+    (the custom call's attribute schema), and implement ``abstract_eval``,
+    ``reference`` and ``batch``; ``attribute_values``, ``factors``,
+    ``local_call``, ``linear_operand``, ``self_adjoint`` and
+    ``transpose_reference`` when the defaults do not fit.
     """
 
     name: ClassVar[str]
     aclnn_name: ClassVar[str]
     operand_names: ClassVar[tuple[str, ...]]
+    #: The custom call's attributes: each name the FFI handler decodes, with
+    #: its numpy scalar type (``np.bool_``, ``np.int64``, ``np.float32``,
+    #: ``np.float64``). The C++ attribute struct of the operator declares the
+    #: same (tests/test_build.py compares them).
+    attributes: ClassVar[dict[str, type]]
     multiple_results: ClassVar[bool] = False
     #: Operand dtypes CANN's operator refuses: on the NPU platform such
     #: operands are cast to float32 before the call, results cast back.
@@ -88,9 +94,10 @@ class AclnnPrimitive:
         """The pure-JAX definition (same arguments and results as the primitive)."""
         raise NotImplementedError
 
-    def ffi_attributes(self, **params: Any) -> dict[str, Any]:
-        """The custom call's attributes (numpy scalars of the handler's types)."""
-        raise NotImplementedError
+    def attribute_values(self, **params: Any) -> dict[str, Any]:
+        """The value of each of :attr:`attributes` from the primitive's
+        parameters. Default: the parameters of the same names."""
+        return {name: params[name] for name in self.attributes}
 
     def batch(self, args: Sequence[Any], dims: Sequence[Any], **params: Any) -> Any:
         raise NotImplementedError
@@ -129,6 +136,12 @@ class AclnnPrimitive:
         return _autodiff.sum_to_shape(out, shape).astype(dtype)
 
     # --- shared -------------------------------------------------------------
+    def ffi_attributes(self, **params: Any) -> dict[str, Any]:
+        """The custom call's attributes: :meth:`attribute_values` as the
+        numpy scalar types of :attr:`attributes`."""
+        values = self.attribute_values(**params)
+        return {name: kind(values[name]) for name, kind in self.attributes.items()}
+
     def with_linear(self, g: Any, others: Sequence[Any]) -> list[Any]:
         """The operands in order, from the incoming gradient and the others."""
         others = list(others)

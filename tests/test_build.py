@@ -199,3 +199,22 @@ def test_the_python_operators_are_those_of_the_cpp_operator_list():
     python = {op.name: op.aclnn_name for op in AclnnPrimitive.__subclasses__()}
     assert python == _aclnn_ffi.operators()
     assert set(_aclnn_ffi.registrations()) == {f"aclnn_{name}" for name in python}
+
+
+def test_the_attribute_schemas_are_those_of_the_cpp_attribute_structs():
+    """Each operator's attribute names and types are declared once per
+    language: ``AclnnPrimitive.attributes`` in Python, the operator's
+    attribute struct in C++ (exported as numpy dtype names by
+    ``_aclnn_ffi.operator_attributes()``); they must agree."""
+    import numpy as np
+
+    import jax_aclnn  # noqa: F401  (defines the operators)
+    from jax_aclnn._loading import _aclnn_ffi
+    from jax_aclnn._primitive import OPERATORS
+
+    if not hasattr(_aclnn_ffi, "operator_attributes"):
+        pytest.skip("this build of _aclnn_ffi does not export operator_attributes() "
+                    "(the C++ attribute structs of issue 20)")
+    python = {name: {k: np.dtype(t).name for k, t in op.attributes.items()}
+              for name, op in OPERATORS.items()}
+    assert python == _aclnn_ffi.operator_attributes()

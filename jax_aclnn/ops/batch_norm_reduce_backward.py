@@ -42,6 +42,8 @@ class BatchNormReduceBackward(AclnnPrimitive):
     multiple_results = True
     npu_float32_dtypes = (jnp.dtype(jnp.bfloat16),)
     self_adjoint = False  # sums: the transpose broadcasts
+    attributes = {"has_weight": np.bool_, "input_g": np.bool_, "weight_g": np.bool_,
+                  "bias_g": np.bool_}
 
     def abstract_eval(self, g, x, mean, invstd, weight, *, has_weight, input_g, weight_g, bias_g):
         channels = x.shape[1]
@@ -81,14 +83,6 @@ class BatchNormReduceBackward(AclnnPrimitive):
         if bias_g:
             out = out + ch(ct_bias)
         return out.astype(dtype)
-
-    def ffi_attributes(self, *, has_weight, input_g, weight_g, bias_g):
-        return {
-            "has_weight": bool(has_weight),
-            "input_g": bool(input_g),
-            "weight_g": bool(weight_g),
-            "bias_g": bool(bias_g),
-        }
 
     def factors(self, in_avals, out_avals, **params):
         # The channel factor is kept; every other data dimension is summed

@@ -30,6 +30,7 @@ class HardshrinkBackward(AclnnPrimitive):
     aclnn_name = "aclnnHardshrinkBackward"
     operand_names = ("grad_output", "input")
     alias_gradient = True
+    attributes = {"lambd": np.float32}
 
     def abstract_eval(self, g, x, *, lambd):
         return ShapedArray(np.broadcast_shapes(g.shape, x.shape), x.dtype)
@@ -38,9 +39,6 @@ class HardshrinkBackward(AclnnPrimitive):
         shape = np.broadcast_shapes(g.shape, x.shape)
         out = jnp.where(shrunk(x, lambd), jnp.zeros((), x.dtype), g.astype(x.dtype))
         return jnp.broadcast_to(out, shape)
-
-    def ffi_attributes(self, *, lambd):
-        return {"lambd": np.float32(lambd)}
 
     def batch(self, args, dims, *, lambd):
         return self.bind_batched(batch_broadcasting(args, dims), lambd=lambd), 0

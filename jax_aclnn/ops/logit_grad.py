@@ -22,6 +22,7 @@ class LogitGrad(AclnnPrimitive):
     operand_names = ("x", "dy")
     alias_gradient = True
     linear_operand = 1  # dy
+    attributes = {"eps": np.float64}
 
     def abstract_eval(self, x, dy, *, eps):
         return ShapedArray(x.shape, x.dtype)
@@ -37,9 +38,6 @@ class LogitGrad(AclnnPrimitive):
             lo, hi = np.float32(eps), np.float32(1.0 - eps)
             out = jnp.where((xf < lo) | (xf > hi), 0.0, value)
         return out.astype(x.dtype)
-
-    def ffi_attributes(self, *, eps):
-        return {"eps": np.float64(eps)}
 
     def batch(self, args, dims, *, eps):
         return self.bind_batched(batch_same_shape(args, dims), eps=eps), 0

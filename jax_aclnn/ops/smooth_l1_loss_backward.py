@@ -37,6 +37,7 @@ class SmoothL1LossBackward(AclnnPrimitive):
     aclnn_name = "aclnnSmoothL1LossBackward"
     operand_names = ("grad_out", "input", "target")
     alias_gradient = True
+    attributes = {"reduction": np.int64, "beta": np.float32}
 
     def abstract_eval(self, g, x, y, *, reduction, beta):
         return ShapedArray(np.broadcast_shapes(g.shape, x.shape, y.shape), x.dtype)
@@ -49,9 +50,6 @@ class SmoothL1LossBackward(AclnnPrimitive):
         scale = 1.0 / max(x.size, 1) if reduction == REDUCTIONS["mean"] else 1.0
         out = g.astype(jnp.float32) * np.float32(scale) * dloss
         return jnp.broadcast_to(out, shape).astype(x.dtype)
-
-    def ffi_attributes(self, *, reduction, beta):
-        return {"reduction": np.int64(reduction), "beta": np.float32(beta)}
 
     def batch(self, args, dims, *, reduction, beta):
         g, x, y = batch_broadcasting(args, dims)
