@@ -15,7 +15,8 @@ the rules of :mod:`jax_aclnn._sharding`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import partial
 from typing import Any, ClassVar
 
@@ -218,3 +219,44 @@ class AclnnPrimitive:
                  for platform in _registration.handler_platforms()}
         reference = _compat.lower_fun(self.reference, multiple_results=self.multiple_results)
         return _compat.lower_per_platform(ctx, self.name, rules, reference, set(), *args, **params)
+
+
+@contextmanager
+def reference_path(ops: str | Iterable[str] = "all") -> Iterator[None]:
+    """Within the block, jax_aclnn operators traced run their pure-JAX
+    reference instead of the aclnn custom call (on every platform), as
+    ``JAX_ACLNN_REFERENCE`` does for the whole process; for debugging and
+    comparison::
+
+        with aclnn.reference_path():
+            compiled = jax.jit(jax.grad(loss)).lower(params, x, y).compile()
+
+    It acts when a function is traced: a ``jax.jit`` function traced before
+    keeps its compiled program (trace it anew, e.g. with ``.lower``). The
+    setting belongs to the current thread (a :mod:`contextvars` context).
+
+    Args:
+      ops: ``"all"``, or operator names (e.g. ``["swish_backward",
+        "logit_grad"]``; differentiable operators use the aclnn operator of
+        their derivative).
+
+    Raises:
+      TypeError: ``ops`` is neither a string nor an iterable of strings.
+      ValueError: a name is not one of jax_aclnn's aclnn operators.
+    """
+    names = [ops] if isinstance(ops, str) else ops
+    try:
+        names = frozenset(names)
+    except TypeError:
+        raise TypeError(f"reference_path: ops must be 'all' or operator names, got {ops!r}") from None
+    if not all(isinstance(n, str) for n in names):
+        raise TypeError(f"reference_path: ops must be 'all' or operator names, got {ops!r}")
+    unknown = sorted(names - set(OPERATORS) - {"all"})
+    if unknown:
+        raise ValueError(f"reference_path: unknown operator(s) {', '.join(map(repr, unknown))}; "
+                         f"expected 'all' or some of {', '.join(OPERATORS)}")
+    token = _switches.forced_in_context.set(_switches.forced_in_context.get() | names)
+    try:
+        yield
+    finally:
+        _switches.forced_in_context.reset(token)

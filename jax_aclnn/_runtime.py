@@ -7,7 +7,7 @@ import ctypes
 import os
 from typing import Any
 
-from jax_aclnn import _switches
+from jax_aclnn import _registration, _switches
 from jax_aclnn._loading import HOST_PROVIDER_LIBRARY, _aclnn_ffi
 
 
@@ -70,6 +70,29 @@ def host_kernel_target() -> str:
     library = ctypes.CDLL(str(HOST_PROVIDER_LIBRARY))  # already loaded: the same handle
     library.JaxAclnnHostKernelTarget.restype = ctypes.c_char_p
     return library.JaxAclnnHostKernelTarget().decode()
+
+
+def build_info() -> dict[str, Any]:
+    """What this install is made of, for reports such as ``python -m jax_aclnn info``.
+
+    Returns:
+      ``{"build": str`` (the compiled extension's build options),
+      ``"host_kernel_target": str`` (:func:`host_kernel_target`),
+      ``"host_provider_library": str`` (the bundled host provider's path),
+      ``"handler_platforms": tuple[str, ...]`` (the JAX platforms with aclnn
+      handlers), ``"npu_platform": str`` (the Ascend PJRT plugin's platform
+      name, ``$JAX_ACLNN_NPU_PLATFORM`` or ``"npu"``)``}``.
+
+    Raises:
+      ValueError: ``$JAX_ACLNN_NPU_PLATFORM`` names the CPU platform.
+    """
+    return {
+        "build": _aclnn_ffi.build_info(),
+        "host_kernel_target": host_kernel_target(),
+        "host_provider_library": str(HOST_PROVIDER_LIBRARY),
+        "handler_platforms": _registration.handler_platforms(),
+        "npu_platform": _switches.npu_platform(),
+    }
 
 
 def default_cann_roots() -> list[str]:

@@ -2,14 +2,15 @@
 
 * ``JAX_ACLNN_REFERENCE``: forces the pure-JAX reference path when a call is
   traced: ``all`` (or ``1``), or a comma-separated list of operator names
-  such as ``swish_backward,logit_grad``; :func:`reference_path` does the same
-  for a block of code;
+  such as ``swish_backward,logit_grad``; :func:`jax_aclnn.reference_path`
+  does the same for a block of code (:data:`forced_in_context`);
 * ``JAX_ACLNN_NPU_PLATFORM``: the Ascend PJRT plugin's platform name;
 * ``JAX_ACLNN_EXECUTOR_REUSE``: ``0`` turns executor reuse off from import on.
 """
 
 from __future__ import annotations
 
+import contextvars
 import os
 
 REFERENCE_ENV = "JAX_ACLNN_REFERENCE"
@@ -22,8 +23,18 @@ EXECUTOR_REUSE_ENV = "JAX_ACLNN_EXECUTOR_REUSE"
 CPU_PLATFORM_NAMES = ("cpu", "host")
 
 
+#: The operator names :func:`jax_aclnn.reference_path` forces in the
+#: current context (``"all"``: every operator).
+forced_in_context: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "jax_aclnn_reference_path", default=frozenset())
+
+
 def reference_forced(name: str) -> bool:
-    """True when ``$JAX_ACLNN_REFERENCE`` selects the pure-JAX path for ``name``."""
+    """True when ``$JAX_ACLNN_REFERENCE`` or :func:`jax_aclnn.reference_path`
+    selects the pure-JAX path for ``name``."""
+    forced = forced_in_context.get()
+    if "all" in forced or name in forced:
+        return True
     value = os.environ.get(REFERENCE_ENV, "").strip().lower()
     if value in ("", "0", "false", "no"):
         return False

@@ -157,6 +157,19 @@ def test_bench_small_run_writes_its_results(tmp_path):
     assert (tmp_path / "bench.png").stat().st_size > 1000
 
 
+@pytest.mark.parametrize("op", ["smooth_l1_loss_backward", "batch_norm_reduce_backward"])
+def test_bench_compares_the_custom_call_with_the_pure_jax_reference(op):
+    """bench's "xla" column is the operator's pure-JAX reference (no custom
+    call), its "aclnn" column the custom call, whichever is compiled first."""
+    import numpy as np
+
+    from jax_aclnn.cli import bench
+
+    ours, xla, _, args, _ = bench.make_case(op, 1024, np.float32, 16, np.random.default_rng(0))
+    assert "aclnn_" not in xla.as_text()
+    assert f"aclnn_{op}" in ours.lower(*args).as_text()
+
+
 def test_train_data_parallel_matches_one_device():
     def curve(devices: str) -> list[str]:
         out = run("train", "--epochs", "2", "--ensemble", "2", "--quiet", "--devices", devices)

@@ -83,6 +83,12 @@ def test_the_library_never_imports_the_tools():
     assert {n: d for n, d in offenders.items() if d} == {}
 
 
+def test_the_tools_use_only_the_public_api():
+    offenders = {name: sorted(m for m in deps if is_private(m))
+                 for name, deps in GRAPH.items() if name == CLI or name.startswith(CLI + ".")}
+    assert {n: d for n, d in offenders.items() if d} == {}
+
+
 def test_importing_the_library_imports_no_tool():
     code = ("import sys, jax_aclnn, jax_aclnn.flax; "
             "print(sorted(m for m in sys.modules if m.startswith('jax_aclnn.cli')))")

@@ -66,6 +66,40 @@ def test_kill_switch_forces_the_reference(monkeypatch, rng):
     assert "aclnn_" not in jax.jit(lambda x, c: all_five(x, c)).lower(x, c).as_text()
 
 
+def test_reference_path_forces_the_reference_within_its_block(rng):
+    x = jnp.asarray(rng.uniform(0.2, 0.8, size=(4, 3)), jnp.float32)
+    c = jnp.ones(3, jnp.float32)
+    lowered = lambda: jax.jit(lambda x, c: all_five(x, c)).lower(x, c).as_text()  # noqa: E731
+    with aclnn.reference_path(["logit_grad", "swish_backward"]):
+        hlo = lowered()
+        with aclnn.reference_path("hardshrink_backward"):  # nested: adds to the outer block's
+            inner = lowered()
+        assert lowered() == hlo
+    assert "aclnn_logit_grad" not in hlo and "aclnn_swish_backward" not in hlo
+    assert "aclnn_hardshrink_backward" in hlo
+    assert "aclnn_hardshrink_backward" not in inner and "aclnn_logit_grad" not in inner
+    with aclnn.reference_path():
+        assert "aclnn_" not in lowered()
+    assert all(f"aclnn_{t}" in lowered() for t in TARGETS)  # off again after the block
+
+
+def test_reference_path_refuses_bad_names():
+    with pytest.raises(ValueError, match=r"reference_path: unknown operator\(s\) 'swish'"):
+        with aclnn.reference_path(["swish_backward", "swish"]):
+            pass
+    with pytest.raises(TypeError, match="reference_path: ops must be"):
+        with aclnn.reference_path(3):
+            pass
+
+
+def test_build_info_names_what_the_install_is_made_of():
+    info = aclnn.build_info()
+    assert info["host_kernel_target"] == aclnn.host_kernel_target()
+    assert info["handler_platforms"] == ("cpu", info["npu_platform"])
+    assert info["host_provider_library"].endswith("libaclnn_host.so")
+    assert isinstance(info["build"], str) and info["build"]
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_reference_path_against_the_oracles(monkeypatch, rng, dtype):
     monkeypatch.setenv("JAX_ACLNN_REFERENCE", "1")

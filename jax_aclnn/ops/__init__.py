@@ -30,13 +30,21 @@ dtype.
 """
 
 from jax_aclnn import _primitive
-from jax_aclnn.ops.batch_norm_reduce_backward import batch_norm, batch_norm_reduce_backward
-from jax_aclnn.ops.hardshrink_backward import hardshrink, hardshrink_backward
-from jax_aclnn.ops.logit_grad import logit, logit_grad
-from jax_aclnn.ops.smooth_l1_loss_backward import smooth_l1_loss, smooth_l1_loss_backward
-from jax_aclnn.ops.swish_backward import silu, swish, swish_backward
+
+# The operators register themselves as these imports create them, in this
+# order (the README's): the order of OPERATOR_NAMES.
+from jax_aclnn.ops.smooth_l1_loss_backward import smooth_l1_loss, smooth_l1_loss_backward  # isort: skip
+from jax_aclnn.ops.logit_grad import logit, logit_grad  # isort: skip
+from jax_aclnn.ops.hardshrink_backward import hardshrink, hardshrink_backward  # isort: skip
+from jax_aclnn.ops.swish_backward import silu, swish, swish_backward  # isort: skip
+from jax_aclnn.ops.batch_norm_reduce_backward import batch_norm, batch_norm_reduce_backward  # isort: skip
+
+#: The names of the aclnn operators, which are also their public functions'
+#: (``jax_aclnn.<name>``), e.g. ``"swish_backward"``.
+OPERATOR_NAMES: tuple[str, ...] = tuple(_primitive.OPERATORS)
 
 __all__ = [
+    "OPERATOR_NAMES",
     "batch_norm",
     "batch_norm_reduce_backward",
     "hardshrink",
