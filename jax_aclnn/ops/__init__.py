@@ -27,6 +27,16 @@ direction.
 Forward values follow ``torch.nn.functional`` of the same name;
 half-precision inputs are computed in float32 and returned in their own
 dtype.
+
+The five aclnn backward operators are linear in their incoming gradient:
+the transpose there (reverse mode) and the JVP in it (forward mode) run the
+aclnn operator again (except the transpose of ``batch_norm_reduce_backward``,
+XLA code); the derivatives in their other operands are XLA code.
+
+Arguments: tensors are float32, float16 or bfloat16 arrays (or Python
+scalars, which take the arrays' dtype) of one dtype; an operator's scalar
+attributes (``beta``, ``eps``, ``lambd``, ...) are static real numbers (a
+string such as ``'1.5'`` is not): a traced value raises TypeError.
 """
 
 from jax_aclnn import _primitive

@@ -11,14 +11,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.core import ShapedArray
 
-from jax_aclnn import _checks
+from jax_aclnn import _checks, _compat
 from jax_aclnn._batching import batch_size
 from jax_aclnn._compat import not_mapped
 from jax_aclnn._primitive import AclnnPrimitive
-
-#: Output names, in aclnn order.
-OUTPUTS = ("sum_dy", "sum_dy_xmu", "grad_weight", "grad_bias")
-
 
 def _wanted(input_g: bool, weight_g: bool, bias_g: bool) -> tuple[bool, ...]:
     return (input_g, input_g, weight_g, bias_g)
@@ -172,12 +168,11 @@ def batch_norm_reduce_backward(
       ``(sum_dy, sum_dy_xmu, grad_weight, grad_bias)``, each of shape ``(C,)``
       in the input dtype, or None where its mask flag is False.
 
-    Transformations: all of :mod:`jax_aclnn.ops`'. Linear in ``grad_out``:
-    the JVP in it (forward mode) runs aclnnBatchNormReduceBackward again;
-    the transpose there (reverse mode) broadcasts and scales the cotangents
-    in XLA code (``batch_norm``'s forward mode uses it, and reverse mode
-    turns it back into this operator); the derivatives in the other
-    operands are XLA code.
+    Transformations: all (:mod:`jax_aclnn.ops`); linear in ``grad_out``,
+    but not its own transpose: the transpose there (reverse mode)
+    broadcasts and scales the cotangents in XLA code (``batch_norm``'s
+    forward mode uses it, and reverse mode turns it back into this
+    operator).
 
     Raises:
       TypeError: a tensor is not float32/float16/bfloat16, dtypes differ, or
@@ -299,6 +294,8 @@ def batch_norm(
                 f"{op}: {name} must have shape ({channels},) for x of shape {xa.shape} "
                 f"with channel_axis={channel_axis}; got {arrays[name].shape}"
             )
+    if axis_name is not None:
+        _compat.repair_psum_batching()
     return _batch_norm(
         xa, arrays.get("weight"), arrays.get("bias"), axis, eps, axis_name
     )

@@ -62,15 +62,13 @@ def hardshrink_backward(grad_output: Any, input: Any, *, lambd: float = 0.5) -> 
     Returns:
       ``grad_input`` of the broadcast shape, in the inputs' dtype.
 
-    Transformations: all of :mod:`jax_aclnn.ops`'. Linear in ``grad_output``:
-    the transpose there (reverse mode) and the JVP in it (forward mode) run
-    aclnnHardshrinkBackward again (summed over the axes ``grad_output``
-    broadcasts along); the derivatives in the other operands are XLA code.
+    Transformations: all (:mod:`jax_aclnn.ops`); linear in
+    ``grad_output`` (its transpose sums over the axes ``grad_output``
+    broadcasts along).
 
     Raises:
-      TypeError: a tensor is not float32/float16/bfloat16, dtypes differ
-        (Python scalars take the arrays' dtype), or ``lambd`` is not a static
-        real number (a string such as ``'1.5'`` is not).
+      TypeError: a tensor is not float32/float16/bfloat16, dtypes differ, or
+        ``lambd`` is not a static real number.
       ValueError: shapes do not broadcast, or rank above 8.
     """
     op = _op.name

@@ -63,15 +63,11 @@ def logit_grad(x: Any, dy: Any, *, eps: float = -1.0) -> jax.Array:
     Returns:
       ``dx``, shape and dtype of ``x`` (float32, float16 or bfloat16).
 
-    Transformations: all of :mod:`jax_aclnn.ops`'. Linear in ``dy``:
-    the transpose there (reverse mode) and the JVP in it (forward mode) run
-    aclnnLogitGrad again; the derivatives in the other
-    operands are XLA code.
+    Transformations: all (:mod:`jax_aclnn.ops`); linear in ``dy``.
 
     Raises:
-      TypeError: a tensor is not float32/float16/bfloat16, dtypes differ
-        (Python scalars take the arrays' dtype), or ``eps`` is not a static
-        real number (a string such as ``'1.5'`` is not).
+      TypeError: a tensor is not float32/float16/bfloat16, dtypes differ, or
+        ``eps`` is not a static real number.
       ValueError: ``x`` and ``dy`` differ in shape, or rank above 8.
     """
     op = _op.name

@@ -110,16 +110,13 @@ def smooth_l1_loss_backward(
       ``grad_input`` of the broadcast shape of the three tensors, in their
       dtype (float32, float16 or bfloat16; half types are computed in float32).
 
-    Transformations: all of :mod:`jax_aclnn.ops`'. Linear in ``grad_out``:
-    the transpose there (reverse mode) and the JVP in it (forward mode) run
-    aclnnSmoothL1LossBackward again (summed to ``grad_out``'s shape: for a
-    scalar ``grad_out``, the sum of the operator on the cotangent); the
-    derivatives in the other operands are XLA code.
+    Transformations: all (:mod:`jax_aclnn.ops`); linear in ``grad_out``
+    (its transpose sums to ``grad_out``'s shape: for a scalar ``grad_out``,
+    the sum of the operator on the cotangent).
 
     Raises:
-      TypeError: a tensor is not float32/float16/bfloat16, dtypes differ
-        (Python scalars take the arrays' dtype), or ``beta`` is not a static
-        real number (a string such as ``'1.5'`` is not).
+      TypeError: a tensor is not float32/float16/bfloat16, dtypes differ, or
+        ``beta`` is not a static real number.
       ValueError: shapes do not broadcast, rank above 8, ``beta < 0``, or an
         unknown ``reduction``.
     """

@@ -57,15 +57,11 @@ def swish_backward(grad_output: Any, input: Any, *, beta: float | None = 1.0) ->
     Returns:
       ``grad_input``, shape and dtype of ``input``.
 
-    Transformations: all of :mod:`jax_aclnn.ops`'. Linear in ``grad_output``:
-    the transpose there (reverse mode) and the JVP in it (forward mode) run
-    aclnnSwishBackward again; the derivatives in the other
-    operands are XLA code.
+    Transformations: all (:mod:`jax_aclnn.ops`); linear in ``grad_output``.
 
     Raises:
-      TypeError: a tensor is not float32/float16/bfloat16, dtypes differ
-        (Python scalars take the arrays' dtype), or ``beta`` is not a static
-        real number (a string such as ``'1.5'`` is not).
+      TypeError: a tensor is not float32/float16/bfloat16, dtypes differ, or
+        ``beta`` is neither None nor a static real number.
       ValueError: shapes differ, or rank above 8.
     """
     op = _op.name
