@@ -182,16 +182,17 @@ ffi::TypeId CallState::id = {};
 
 // ----- the call site's state, in the FFI API the runtime speaks -----
 //
-// The handlers are compiled against the floor's FFI headers (jaxlib 0.8.1,
-// FFI API 0.2), whose XLA_FFI_State_Get/Set arguments have no `stage`. FFI
-// API 0.3 (jaxlib 0.9.1 on; 0.9.0 is still 0.2) put one in front of
-// `type_id`. jaxlib's own XLA still takes a 0.2-sized struct as the
-// instantiation stage's state, but that is a courtesy of one XLA build, not
-// the API: a 0.3 runtime without it (another XLA, a device plugin's) refuses
-// the smaller struct and the call sites get no state. So the arguments are
-// laid out for the API version of the runtime that calls the handler
-// (XLA_FFI_Api::api_version of the call frame). A runtime of another major
-// version gets no state calls: its call sites run one-shot.
+// The handlers are compiled against one version of the FFI headers (the
+// floor's, jaxlib 0.8.1: FFI API 0.2; Bazel: the installed jaxlib's), whose
+// encoding of state lays XLA_FFI_State_Get/Set's arguments out as that
+// version only. FFI API 0.3 (jaxlib 0.9.1 on; 0.9.0 is still 0.2) put a
+// `stage` in front of `type_id`. jaxlib's XLA still takes a 0.2-sized struct
+// as the instantiation stage's state, but that is a courtesy of one XLA
+// build, not the API: a 0.3 runtime without it (another XLA, a device
+// plugin's) refuses the smaller struct, and the instantiate stage fails. So
+// the arguments are laid out for the API version of the runtime that calls
+// the handler (XLA_FFI_Api::api_version of the call frame). A runtime of
+// another major version gets no state calls: its call sites run one-shot.
 
 // XLA_FFI_State_Get_Args and XLA_FFI_State_Set_Args of FFI API 0.2 and 0.3
 // (defined here: the headers have one of them).
@@ -268,7 +269,7 @@ XLA_FFI_Error* GetCallState(const XLA_FFI_Api* api, XLA_FFI_ExecutionContext* ct
 
 // The bindings' ffi::State<CallState> (execute stage) and the instantiate
 // stage's ErrorOr<std::unique_ptr<CallState>> result go through the
-// functions above, in place of the headers' encodings (FFI API 0.2 only).
+// functions above, in place of the headers' encodings (one layout only).
 namespace xla::ffi {
 
 template <>
