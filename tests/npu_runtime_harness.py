@@ -82,18 +82,26 @@ class FfiError(Exception):
         return f"{self.code}: {self.message}"
 
 
-_handlers: dict[str, object] = {}
+_handlers: dict[tuple[str, int], object] = {}
+
+#: The FFI API versions (0.minor) the test runtime speaks: 0.2 as jaxlib 0.8
+#: and 0.9.0, 0.3 as jaxlib 0.9.1 on (whose State_Get/Set arguments have a
+#: `stage`).
+FFI_API_MINOR_VERSIONS = (2, 3)
 
 
-def npu_handler(target: str):
+def npu_handler(target: str, api_minor_version: int = 3):
     """The handler registered for the NPU platform, registered with the test
-    runtime after its state type, as XLA requires."""
-    if target not in _handlers:
+    runtime of FFI API 0.``api_minor_version`` after its state type, as XLA
+    requires."""
+    key = (target, api_minor_version)
+    if key not in _handlers:
         type_id = rt.register_type(_registration.STATE_TYPE_NAME, _loading._aclnn_ffi.state_type())
-        handler = rt.Handler(_loading._aclnn_ffi.registrations()[target]["npu"])
+        handler = rt.Handler(_loading._aclnn_ffi.registrations()[target]["npu"], api_minor_version)
+        assert handler.api_version == (0, api_minor_version)
         assert handler.state_type_id == type_id  # what its instantiate stage declares
-        _handlers[target] = handler
-    return _handlers[target]
+        _handlers[key] = handler
+    return _handlers[key]
 
 
 def buffer(a: np.ndarray) -> tuple[int, str, list[int]]:
@@ -127,14 +135,15 @@ def last_execute() -> tuple[int, int, int]:
 
 
 class NpuCall:
-    """One custom call site of an operator on the test runtime."""
+    """One custom call site of an operator on the test runtime (of FFI API
+    0.``api_minor_version``)."""
 
-    def __init__(self, name: str, **params):
+    def __init__(self, name: str, *, api_minor_version: int = 3, **params):
         self.op = primitive(name)
         self.params = params
         attrs = {k: (np.asarray(v).dtype.name, np.asarray(v).item())
                  for k, v in self.op.ffi_attributes(**params).items()}
-        self.site = npu_handler(self.op.target).instantiate(attrs)
+        self.site = npu_handler(self.op.target, api_minor_version).instantiate(attrs)
 
     def __call__(self, device, *args: np.ndarray) -> list[np.ndarray]:
         out = self.op.abstract_eval(*args, **self.params)

@@ -27,6 +27,7 @@ import pytest
 from cases import OPERATORS
 from conftest import free_compiled_programs
 from npu_runtime_harness import (
+    FFI_API_MINOR_VERSIONS,
     FfiError,
     NpuCall,
     NpuProcess,
@@ -119,10 +120,11 @@ def _check_workspace_from_scratch_allocator() -> None:
     call.free()
 
 
-def _check_executor_reuse_steady_state() -> None:
+def _check_executor_reuse_steady_state(api_minor_version: int) -> None:
     free_compiled_programs()
     device, rng = rt.Device(), np.random.default_rng(SEED)
-    sites = {name: NpuCall(name, **params) for name, params in (
+    sites = {name: NpuCall(name, api_minor_version=api_minor_version, **params)
+             for name, params in (
         ("swish_backward", dict(beta=1.5)),
         ("batch_norm_reduce_backward",
          dict(has_weight=True, input_g=True, weight_g=True, bias_g=True)))}
@@ -155,14 +157,14 @@ def _check_executor_reuse_steady_state() -> None:
     assert live_counts() == (0, 0), live_counts()
 
 
-def _check_state_destroyed_with_call_site() -> None:
+def _check_state_destroyed_with_call_site(api_minor_version: int) -> None:
     free_compiled_programs()
     assert live_counts() == (0, 0), live_counts()
     device, rng = rt.Device(), np.random.default_rng(SEED)
 
     def executed_call_site(name):
         params, operands, _ = next(cases(name, "float16", rng))
-        call = NpuCall(name, **params)
+        call = NpuCall(name, api_minor_version=api_minor_version, **params)
         call(device, *operands)
         return call
 
@@ -342,12 +344,16 @@ def test_workspace_comes_from_the_scratch_allocator_and_is_freed(npu):
     npu.run(_check_workspace_from_scratch_allocator)
 
 
-def test_executor_reuse_steady_state_and_moved_buffers(npu):
-    npu.run(_check_executor_reuse_steady_state)
+# The handlers lay the state's arguments out for the FFI API version the
+# runtime speaks: both that jax_aclnn supports.
+@pytest.mark.parametrize("api_minor_version", FFI_API_MINOR_VERSIONS)
+def test_executor_reuse_steady_state_and_moved_buffers(npu, api_minor_version):
+    npu.run(_check_executor_reuse_steady_state, api_minor_version)
 
 
-def test_state_destroyed_when_the_call_site_is_freed(npu):
-    npu.run(_check_state_destroyed_with_call_site)
+@pytest.mark.parametrize("api_minor_version", FFI_API_MINOR_VERSIONS)
+def test_state_destroyed_when_the_call_site_is_freed(npu, api_minor_version):
+    npu.run(_check_state_destroyed_with_call_site, api_minor_version)
 
 
 @pytest.mark.parametrize("reuse", [True, False])

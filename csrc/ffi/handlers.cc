@@ -190,6 +190,130 @@ struct CallState {
 };
 ffi::TypeId CallState::id = {};
 
+// ----- the call site's state, in the FFI API the runtime speaks -----
+//
+// The handlers are compiled against one version of the FFI headers (the
+// floor's, jaxlib 0.8.1: FFI API 0.2; Bazel: the installed jaxlib's), whose
+// encoding of state lays XLA_FFI_State_Get/Set's arguments out as that
+// version only. FFI API 0.3 (jaxlib 0.9.1 on; 0.9.0 is still 0.2) put a
+// `stage` in front of `type_id`. jaxlib's XLA still takes a 0.2-sized struct
+// as the instantiation stage's state, but that is a courtesy of one XLA
+// build, not the API: a 0.3 runtime without it (another XLA, a device
+// plugin's) refuses the smaller struct, and the instantiate stage fails. So
+// the arguments are laid out for the API version of the runtime that calls
+// the handler (XLA_FFI_Api::api_version of the call frame). A runtime of
+// another major version gets no state calls: its call sites run one-shot.
+
+// XLA_FFI_State_Get_Args and XLA_FFI_State_Set_Args of FFI API 0.2 and 0.3
+// (defined here: the headers have one of them).
+struct StateArgsV02 {
+  size_t struct_size;
+  XLA_FFI_Extension_Base* extension_start;
+  XLA_FFI_ExecutionContext* ctx;
+  XLA_FFI_TypeId* type_id;
+  void* state;
+};
+struct StateArgsV03 {
+  size_t struct_size;
+  XLA_FFI_Extension_Base* extension_start;
+  XLA_FFI_ExecutionContext* ctx;
+  XLA_FFI_ExecutionStage stage;
+  XLA_FFI_TypeId* type_id;
+  void* state;
+};
+
+enum class StateLayout { kNone, kV02, kV03 };
+
+StateLayout StateLayoutOf(const XLA_FFI_Api* api) {
+  const XLA_FFI_Api_Version& v = api->api_version;
+  if (v.major_version != 0) return StateLayout::kNone;
+  return v.minor_version >= 3 ? StateLayout::kV03 : StateLayout::kV02;
+}
+
+// Calls `function` (the runtime's XLA_FFI_State_Get or _Set) for the
+// instantiation stage's CallState: `*state` in and out.
+template <typename Args>
+XLA_FFI_Error* CallStateFunction(XLA_FFI_Error* (*function)(Args*), const XLA_FFI_Api* api,
+                                 XLA_FFI_ExecutionContext* ctx, void** state) {
+  switch (StateLayoutOf(api)) {
+    case StateLayout::kNone: return nullptr;
+    case StateLayout::kV02: {
+      StateArgsV02 args{sizeof(args), nullptr, ctx, &CallState::id, *state};
+      XLA_FFI_Error* error = function(reinterpret_cast<Args*>(&args));
+      *state = args.state;
+      return error;
+    }
+    case StateLayout::kV03: {
+      StateArgsV03 args{sizeof(args), nullptr, ctx, XLA_FFI_ExecutionStage_INSTANTIATE,
+                        &CallState::id, *state};
+      XLA_FFI_Error* error = function(reinterpret_cast<Args*>(&args));
+      *state = args.state;
+      return error;
+    }
+  }
+  return nullptr;
+}
+
+// Hands `state` to the call site, which owns it from then on (without state
+// calls, or on an error, it is deleted here).
+XLA_FFI_Error* SetCallState(const XLA_FFI_Api* api, XLA_FFI_ExecutionContext* ctx,
+                            std::unique_ptr<CallState> state) {
+  if (StateLayoutOf(api) == StateLayout::kNone) return nullptr;
+  void* given = state.get();
+  XLA_FFI_Error* error = CallStateFunction(api->XLA_FFI_State_Set, api, ctx, &given);
+  if (error == nullptr) state.release();
+  return error;
+}
+
+// The call site's state (null without state calls).
+XLA_FFI_Error* GetCallState(const XLA_FFI_Api* api, XLA_FFI_ExecutionContext* ctx,
+                            CallState** state) {
+  void* got = nullptr;
+  XLA_FFI_Error* error = CallStateFunction(api->XLA_FFI_State_Get, api, ctx, &got);
+  *state = error == nullptr ? static_cast<CallState*>(got) : nullptr;
+  return error;
+}
+
+}  // namespace
+}  // namespace jax_aclnn
+
+// The bindings' ffi::State<CallState> (execute stage) and the instantiate
+// stage's ErrorOr<std::unique_ptr<CallState>> result go through the
+// functions above, in place of the headers' encodings (one layout only).
+namespace xla::ffi {
+
+template <>
+struct CtxDecoding<State<jax_aclnn::CallState>> {
+  using Type = jax_aclnn::CallState*;
+  static std::optional<Type> Decode(const XLA_FFI_Api* api, XLA_FFI_ExecutionContext* ctx,
+                                    DiagnosticEngine& diagnostic) {
+    jax_aclnn::CallState* state = nullptr;
+    if (XLA_FFI_Error* error = jax_aclnn::GetCallState(api, ctx, &state)) {
+      diagnostic.Emit("Failed to get state from execution context: ")
+          << internal::GetErrorMessage(api, error);
+      internal::DestroyError(api, error);
+      return std::nullopt;
+    }
+    return state;
+  }
+};
+
+template <>
+struct ResultEncoding<ExecutionStage::kInstantiate,
+                      ErrorOr<std::unique_ptr<jax_aclnn::CallState>>> {
+  static XLA_FFI_TypeId state_type_id() { return jax_aclnn::CallState::id; }
+  static XLA_FFI_Error* Encode(const XLA_FFI_Api* api, XLA_FFI_ExecutionContext* ctx,
+                               ErrorOr<std::unique_ptr<jax_aclnn::CallState>> state) {
+    if (state.has_error()) return internal::CreateError(api, state.error());
+    return jax_aclnn::SetCallState(api, ctx, std::move(state.value()));
+  }
+};
+
+}  // namespace xla::ffi
+
+namespace jax_aclnn {
+namespace {
+
 // The buffers of one call, in the aclnn signature's order; null = absent.
 template <int kIn, int kOut>
 struct Buffers {

@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <mutex>
+#include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 
 #include "testing/ffi_runtime.h"
@@ -104,21 +106,51 @@ XLA_FFI_Error* ExecutionContextGet(XLA_FFI_ExecutionContext_Get_Args*) {
   return Unimplemented("XLA_FFI_ExecutionContext_Get (user data)");
 }
 
-XLA_FFI_Error* StateSet(XLA_FFI_State_Set_Args* args) {
-  CHECK_ARGS(XLA_FFI_State_Set_Args);
-#if XLA_FFI_API_MAJOR > 0 || XLA_FFI_API_MINOR >= 3  // the stage field: FFI API 0.3 (jaxlib 0.9+)
-  if (args->stage != XLA_FFI_ExecutionStage_INSTANTIATE)
-    return Unimplemented("state of the prepare and initialize stages");
-#endif
+// The state functions, in the argument layout of FFI API 0.`kMinor` (defined
+// here, as XLA's: the headers have one of them). 0.3 (jaxlib 0.9.1 on) puts
+// a `stage` in front of `type_id`. jaxlib's XLA also takes a 0.2-sized
+// struct as the instantiation stage's; this runtime refuses it, as the API
+// allows, so that the tests see which layout a handler uses.
+struct StateArgsV02 {  // XLA_FFI_State_Get_Args and _Set_Args of FFI API 0.2
+  size_t struct_size;
+  XLA_FFI_Extension_Base* extension_start;
+  XLA_FFI_ExecutionContext* ctx;
+  XLA_FFI_TypeId* type_id;
+  void* state;
+};
+struct StateArgsV03 {  // of FFI API 0.3
+  size_t struct_size;
+  XLA_FFI_Extension_Base* extension_start;
+  XLA_FFI_ExecutionContext* ctx;
+  XLA_FFI_ExecutionStage stage;
+  XLA_FFI_TypeId* type_id;
+  void* state;
+};
+
+template <int kMinor>
+using StateArgs = std::conditional_t<kMinor >= 3, StateArgsV03, StateArgsV02>;
+
+template <int kMinor>
+XLA_FFI_Error* CheckStateArgs(const char* name, const StateArgs<kMinor>* args) {
+  if (XLA_FFI_Error* e = CheckStructSize(name, sizeof(*args), args->struct_size)) return e;
+  if constexpr (kMinor >= 3) {
+    if (args->stage != XLA_FFI_ExecutionStage_INSTANTIATE)
+      return Unimplemented("state of the prepare and initialize stages");
+  }
+  return nullptr;
+}
+
+template <int kMinor>
+XLA_FFI_Error* StateSet(XLA_FFI_State_Set_Args* c_args) {
+  auto* args = reinterpret_cast<StateArgs<kMinor>*>(c_args);
+  if (XLA_FFI_Error* e = CheckStateArgs<kMinor>("XLA_FFI_State_Set_Args", args)) return e;
   return args->ctx->state->Set(*args->type_id, args->state);
 }
 
-XLA_FFI_Error* StateGet(XLA_FFI_State_Get_Args* args) {
-  CHECK_ARGS(XLA_FFI_State_Get_Args);
-#if XLA_FFI_API_MAJOR > 0 || XLA_FFI_API_MINOR >= 3  // the stage field: FFI API 0.3 (jaxlib 0.9+)
-  if (args->stage != XLA_FFI_ExecutionStage_INSTANTIATE)
-    return Unimplemented("state of the prepare and initialize stages");
-#endif
+template <int kMinor>
+XLA_FFI_Error* StateGet(XLA_FFI_State_Get_Args* c_args) {
+  auto* args = reinterpret_cast<StateArgs<kMinor>*>(c_args);
+  if (XLA_FFI_Error* e = CheckStateArgs<kMinor>("XLA_FFI_State_Get_Args", args)) return e;
   return args->ctx->state->Get(*args->type_id, &args->state);
 }
 
@@ -274,12 +306,12 @@ void ExecutionState::Reset() {
   type_id_ = 0;
 }
 
-const XLA_FFI_Api* Api() {
+template <int kMinor>
+const XLA_FFI_Api* ApiOf() {
   static const XLA_FFI_Api api = {
       XLA_FFI_Api_STRUCT_SIZE,
       /*extension_start=*/nullptr,
-      XLA_FFI_Api_Version{XLA_FFI_Api_Version_STRUCT_SIZE, nullptr, XLA_FFI_API_MAJOR,
-                          XLA_FFI_API_MINOR},
+      XLA_FFI_Api_Version{XLA_FFI_Api_Version_STRUCT_SIZE, nullptr, 0, kMinor},
       /*internal_api=*/nullptr,
       ErrorCreate,
       ErrorGetMessage,
@@ -288,8 +320,8 @@ const XLA_FFI_Api* Api() {
       StreamGet,
       TypeRegister,
       ExecutionContextGet,
-      StateSet,
-      StateGet,
+      StateSet<kMinor>,
+      StateGet<kMinor>,
       DeviceMemoryAllocate,
       DeviceMemoryFree,
       ThreadPoolSchedule,
@@ -301,6 +333,16 @@ const XLA_FFI_Api* Api() {
       DeviceOrdinalGet,
   };
   return &api;
+}
+
+const XLA_FFI_Api* Api(int minor_version) {
+  switch (minor_version) {
+    case 2: return ApiOf<2>();
+    case 3: return ApiOf<3>();
+    default:
+      throw std::invalid_argument("the test runtime speaks FFI API 0.2 and 0.3, not 0." +
+                                  std::to_string(minor_version));
+  }
 }
 
 }  // namespace jax_aclnn::testing

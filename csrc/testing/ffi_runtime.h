@@ -68,8 +68,11 @@ class ExecutionState {
   void (*deleter_)(void*) = nullptr;
 };
 
-// The process's XLA FFI API table (one per XLA instance, as XLA_FFI_GetApi).
-const XLA_FFI_Api* Api();
+// The process's XLA FFI API table of FFI API 0.`minor_version` (one per XLA
+// instance, as XLA_FFI_GetApi): 2 as jaxlib 0.8 and 0.9.0, 3 as 0.9.1 on
+// (std::invalid_argument for another). They differ in the layout of the
+// XLA_FFI_State_Get/Set arguments.
+const XLA_FFI_Api* Api(int minor_version);
 
 XLA_FFI_Error* MakeError(XLA_FFI_Error_Code code, std::string message);
 // Takes an error returned to the runtime: its code and message; destroys it.

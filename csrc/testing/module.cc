@@ -1,6 +1,6 @@
 // nanobind module jax_aclnn._ffi_testing (test-only): drives FFI handlers as
 // XLA does on a device platform. A Handler is registered from its stage
-// capsules (with XLA's metadata query); Handler.instantiate makes a call site
+// capsules (with XLA's metadata query) with a runtime of FFI API 0.2 or 0.3; Handler.instantiate makes a call site
 // (INSTANTIATE stage, which sets the site's state); CallSite.execute builds
 // an XLA_FFI_CallFrame of buffers and attributes laid out as XLA lays them
 // out and calls the EXECUTE stage on a Device's stream and memory; freeing
@@ -27,6 +27,10 @@ namespace nb = nanobind;
 
 namespace jax_aclnn::testing {
 namespace {
+
+// The FFI API versions the runtime speaks: 0.2 (jaxlib 0.8 and 0.9.0) and 0.3
+// (jaxlib 0.9.1 on).
+constexpr int kNewestApiMinorVersion = 3;
 
 using ErrorInfo = std::optional<std::pair<std::string, std::string>>;  // (code, message)
 using BufferSpec = std::tuple<uintptr_t, std::string, std::vector<int64_t>>;
@@ -140,8 +144,9 @@ XLA_FFI_Error* Call(XLA_FFI_Handler* handler, XLA_FFI_CallFrame* frame) {
   return error;
 }
 
-XLA_FFI_CallFrame MakeFrame(XLA_FFI_ExecutionContext* ctx, XLA_FFI_ExecutionStage stage,
-                            Buffers* args, Buffers* rets, Attributes* attrs) {
+XLA_FFI_CallFrame MakeFrame(const XLA_FFI_Api* api, XLA_FFI_ExecutionContext* ctx,
+                            XLA_FFI_ExecutionStage stage, Buffers* args, Buffers* rets,
+                            Attributes* attrs) {
   static XLA_FFI_ArgType arg_types[16];
   static XLA_FFI_RetType ret_types[16];
   static const bool init = [] {
@@ -154,7 +159,7 @@ XLA_FFI_CallFrame MakeFrame(XLA_FFI_ExecutionContext* ctx, XLA_FFI_ExecutionStag
   if (num_args > 16 || num_rets > 16) throw std::invalid_argument("at most 16 buffers each");
   XLA_FFI_CallFrame frame{};
   frame.struct_size = XLA_FFI_CallFrame_STRUCT_SIZE;
-  frame.api = Api();
+  frame.api = api;
   frame.ctx = ctx;
   frame.stage = stage;
   frame.args = {XLA_FFI_Args_STRUCT_SIZE, nullptr, num_args, arg_types,
@@ -165,8 +170,9 @@ XLA_FFI_CallFrame MakeFrame(XLA_FFI_ExecutionContext* ctx, XLA_FFI_ExecutionStag
   return frame;
 }
 
-// What XLA asks a handler at registration (its metadata extension).
-XLA_FFI_Metadata QueryMetadata(XLA_FFI_Handler* handler) {
+// What XLA asks a handler at registration (its metadata extension). As XLA,
+// the runtime takes handlers of its own FFI API version or an older one.
+XLA_FFI_Metadata QueryMetadata(const XLA_FFI_Api* api, XLA_FFI_Handler* handler) {
   XLA_FFI_Metadata metadata{XLA_FFI_Metadata_STRUCT_SIZE,
                             XLA_FFI_Api_Version{XLA_FFI_Api_Version_STRUCT_SIZE}};
   XLA_FFI_Metadata_Extension extension{
@@ -175,7 +181,7 @@ XLA_FFI_Metadata QueryMetadata(XLA_FFI_Handler* handler) {
   XLA_FFI_CallFrame frame{};
   frame.struct_size = XLA_FFI_CallFrame_STRUCT_SIZE;
   frame.extension_start = &extension.extension_base;
-  frame.api = Api();
+  frame.api = api;
   frame.stage = XLA_FFI_ExecutionStage_EXECUTE;
   frame.args.struct_size = XLA_FFI_Args_STRUCT_SIZE;
   frame.rets.struct_size = XLA_FFI_Rets_STRUCT_SIZE;
@@ -183,9 +189,10 @@ XLA_FFI_Metadata QueryMetadata(XLA_FFI_Handler* handler) {
   if (ErrorInfo e = ToErrorInfo(Call(handler, &frame)))
     throw std::runtime_error("metadata query failed: " + e->first + ": " + e->second);
   const XLA_FFI_Api_Version& v = metadata.api_version;
-  if (v.major_version != XLA_FFI_API_MAJOR || v.minor_version != XLA_FFI_API_MINOR)
+  const XLA_FFI_Api_Version& runtime = api->api_version;
+  if (v.major_version != runtime.major_version || v.minor_version > runtime.minor_version)
     throw std::runtime_error("handler API version " + std::to_string(v.major_version) + "." +
-                             std::to_string(v.minor_version) + " is not the runtime's");
+                             std::to_string(v.minor_version) + " is newer than the runtime's");
   return metadata;
 }
 
@@ -195,26 +202,30 @@ XLA_FFI_Handler* HandlerOf(const nb::dict& bundle, const char* stage) {
 }
 
 struct Handler {
+  const XLA_FFI_Api* api;  // of the runtime the handler is registered with
   XLA_FFI_Handler* instantiate = nullptr;
   XLA_FFI_Handler* execute = nullptr;
   int64_t state_type_id = 0;  // of the state the instantiate stage makes
 
-  explicit Handler(const nb::dict& bundle)
-      : instantiate(HandlerOf(bundle, "instantiate")), execute(HandlerOf(bundle, "execute")) {
+  Handler(const nb::dict& bundle, int api_minor_version)
+      : api(Api(api_minor_version)),
+        instantiate(HandlerOf(bundle, "instantiate")),
+        execute(HandlerOf(bundle, "execute")) {
     if (execute == nullptr) throw std::invalid_argument("a handler needs an execute stage");
-    QueryMetadata(execute);
-    if (instantiate != nullptr) state_type_id = QueryMetadata(instantiate).state_type_id.type_id;
+    QueryMetadata(api, execute);
+    if (instantiate != nullptr)
+      state_type_id = QueryMetadata(api, instantiate).state_type_id.type_id;
   }
 };
 
 class CallSite {
  public:
   CallSite(const Handler& handler, const nb::dict& attrs)
-      : execute_(handler.execute), attrs_(attrs) {
+      : api_(handler.api), execute_(handler.execute), attrs_(attrs) {
     if (handler.instantiate == nullptr) return;
     XLA_FFI_ExecutionContext ctx{nullptr, &state_};
     XLA_FFI_CallFrame frame =
-        MakeFrame(&ctx, XLA_FFI_ExecutionStage_INSTANTIATE, nullptr, nullptr, &attrs_);
+        MakeFrame(api_, &ctx, XLA_FFI_ExecutionStage_INSTANTIATE, nullptr, nullptr, &attrs_);
     if (ErrorInfo e = ToErrorInfo(Call(handler.instantiate, &frame)))
       throw std::runtime_error("instantiate failed: " + e->first + ": " + e->second);
   }
@@ -223,7 +234,8 @@ class CallSite {
                     const std::vector<BufferSpec>& rets) {
     Buffers in(args), out(rets);
     XLA_FFI_ExecutionContext ctx{&device, &state_};
-    XLA_FFI_CallFrame frame = MakeFrame(&ctx, XLA_FFI_ExecutionStage_EXECUTE, &in, &out, &attrs_);
+    XLA_FFI_CallFrame frame =
+        MakeFrame(api_, &ctx, XLA_FFI_ExecutionStage_EXECUTE, &in, &out, &attrs_);
     XLA_FFI_Error* error;
     {
       nb::gil_scoped_release release;
@@ -236,6 +248,7 @@ class CallSite {
   bool has_state() const { return state_.has_state(); }
 
  private:
+  const XLA_FFI_Api* api_;
   XLA_FFI_Handler* execute_;
   Attributes attrs_;
   ExecutionState state_;
@@ -248,7 +261,7 @@ int64_t RegisterType(const std::string& name, const nb::dict& state_type) {
   args.type_id = static_cast<XLA_FFI_TypeId*>(nb::cast<nb::capsule>(state_type["type_id"]).data());
   args.type_info =
       static_cast<const XLA_FFI_TypeInfo*>(nb::cast<nb::capsule>(state_type["type_info"]).data());
-  if (ErrorInfo e = ToErrorInfo(Api()->XLA_FFI_Type_Register(&args)))
+  if (ErrorInfo e = ToErrorInfo(Api(kNewestApiMinorVersion)->XLA_FFI_Type_Register(&args)))
     throw std::runtime_error("type registration failed: " + e->first + ": " + e->second);
   return args.type_id->type_id;
 }
@@ -282,7 +295,14 @@ NB_MODULE(_ffi_testing, m) {
       .def("set_memory_limit", &Device::SetMemoryLimit, nb::arg("bytes").none());
 
   nb::class_<Handler>(m, "Handler", "An FFI handler bundle, registered as XLA does.")
-      .def(nb::init<const nb::dict&>(), nb::arg("bundle"))
+      .def(nb::init<const nb::dict&, int>(), nb::arg("bundle"),
+           nb::arg("api_minor_version") = kNewestApiMinorVersion,
+           "Registers a handler with the runtime of FFI API 0.`api_minor_version` (2 or 3).")
+      .def_prop_ro("api_version",
+                   [](const Handler& h) {
+                     return std::make_pair(h.api->api_version.major_version,
+                                           h.api->api_version.minor_version);
+                   })
       .def_ro("state_type_id", &Handler::state_type_id)
       .def(
           "instantiate",

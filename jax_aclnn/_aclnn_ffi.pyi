@@ -1,0 +1,39 @@
+"""XLA FFI handlers of jax_aclnn and the aclnn provider loader."""
+
+
+
+def registrations() -> dict:
+    """
+    {target: {platform: {stage: capsule}}} for jax.ffi.register_ffi_target.
+    """
+
+def operators() -> dict:
+    """{jax_aclnn function: aclnn operator}, the list of csrc/operators.h."""
+
+def state_type() -> dict:
+    """The FFI type registration of the per-call-site executor cache."""
+
+def load_host_provider(path: str) -> None:
+    """Loads the bundled host aclnn provider library."""
+
+def load_cann(root: str | None = None) -> str:
+    """Finds and loads CANN's aclnn libraries; returns the library directory."""
+
+def default_cann_roots() -> list[str]: ...
+
+def route_cpu_through_cann(enable: bool) -> None:
+    """Testing: serve the CPU platform with the provider loaded by load_cann."""
+
+def executor_reuse() -> bool:
+    """Whether call sites keep repeatable executors."""
+
+def set_executor_reuse(enabled: bool) -> None:
+    """Turns executor reuse on or off for calls from now on."""
+
+def cpu_provider() -> str: ...
+
+def build_info() -> str: ...
+
+def stats() -> dict: ...
+
+def reset_stats() -> None: ...
