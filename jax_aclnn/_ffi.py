@@ -200,6 +200,16 @@ def host_kernel_target() -> str:
     return library.JaxAclnnHostKernelTarget().decode()
 
 
+def host_half_conversions() -> str:
+    """How the host provider's chosen kernels convert contiguous float16 to
+    and from float32: ``"F16C vcvtph2ps/vcvtps2ph"`` (x86-64-v3 and v4),
+    ``"NEON fcvtl/fcvtn"`` (aarch64) or ``"portable formulas"`` (the x86-64
+    baseline; strided views always). bfloat16 is a 16-bit shift everywhere."""
+    library = ctypes.CDLL(str(HOST_PROVIDER_LIBRARY))  # already loaded: the same handle
+    library.JaxAclnnHostHalfConversions.restype = ctypes.c_char_p
+    return library.JaxAclnnHostHalfConversions().decode()
+
+
 def default_cann_roots() -> list[str]:
     """Where :func:`load_cann` looks when given no path, in order."""
     return list(_aclnn_ffi.default_cann_roots())

@@ -35,6 +35,7 @@ def collect() -> dict[str, object]:
         "host provider library": str(_ffi.HOST_PROVIDER_LIBRARY),
         "build": _ffi._aclnn_ffi.build_info(),
         "host kernels (chosen at run time)": _ffi.host_kernel_target(),
+        "host float16 conversions": _ffi.host_half_conversions(),
         "machine": f"{platform.machine()}, {platform.system()}, Python {sysconfig.get_python_version()}",
     }
 

@@ -242,6 +242,8 @@ void RunPointwise(PointwiseOp op, const PointwiseParams& p, const View* inputs,
   }
 }
 
+const char* HalfConversions() { return kHalfConversions; }
+
 namespace {
 
 // Channel blocks and batch blocks of the batch-norm reduction. They depend
