@@ -72,12 +72,24 @@ def host_kernel_target() -> str:
     return library.JaxAclnnHostKernelTarget().decode()
 
 
+def host_half_conversions() -> str:
+    """How the host provider's chosen kernels convert contiguous float16 to
+    and from float32: ``"F16C vcvtph2ps/vcvtps2ph"`` (x86-64-v3 and v4),
+    ``"NEON fcvtl/fcvtn"`` (aarch64) or ``"portable formulas"`` (the x86-64
+    baseline; strided views always). bfloat16 is a 16-bit shift everywhere."""
+    library = ctypes.CDLL(str(HOST_PROVIDER_LIBRARY))  # already loaded: the same handle
+    library.JaxAclnnHostHalfConversions.restype = ctypes.c_char_p
+    return library.JaxAclnnHostHalfConversions().decode()
+
+
 def build_info() -> dict[str, Any]:
     """What this install is made of, for reports such as ``python -m jax_aclnn info``.
 
     Returns:
       ``{"build": str`` (the compiled extension's build options),
       ``"host_kernel_target": str`` (:func:`host_kernel_target`),
+      ``"host_half_conversions": str`` (how the chosen kernels convert
+      float16: the CPU's instructions or portable formulas),
       ``"host_provider_library": str`` (the bundled host provider's path),
       ``"handler_platforms": tuple[str, ...]`` (the JAX platforms with aclnn
       handlers), ``"npu_platform": str`` (the Ascend PJRT plugin's platform
@@ -89,6 +101,7 @@ def build_info() -> dict[str, Any]:
     return {
         "build": _aclnn_ffi.build_info(),
         "host_kernel_target": host_kernel_target(),
+        "host_half_conversions": host_half_conversions(),
         "host_provider_library": str(HOST_PROVIDER_LIBRARY),
         "handler_platforms": _registration.handler_platforms(),
         "npu_platform": _switches.npu_platform(),

@@ -1,6 +1,6 @@
 """The Bazel BUILD file and CMakeLists.txt describe the same targets: the same
 sources, and the same compile flags and definitions as CMake's
-JAX_ACLNN_NATIVE_ARCH=ON build, with and without Highway."""
+JAX_ACLNN_NATIVE_ARCH=ON build."""
 
 from __future__ import annotations
 
@@ -31,9 +31,9 @@ def cmake_commands() -> list[tuple[str, list[str]]]:
     return [(name, args) for name, args, _ in commands]
 
 
-def bazel_targets(highway: bool) -> dict[str, dict]:
+def bazel_targets() -> dict[str, dict]:
     """BUILD's targets as their attributes, BUILD read as the Python it is
-    (its loads replaced by stand-ins), Highway's headers found or not."""
+    (its loads replaced by stand-ins)."""
     targets: dict[str, dict] = {}
 
     def rule(**attrs):
@@ -48,7 +48,6 @@ def bazel_targets(highway: bool) -> dict[str, dict]:
         "glob": lambda patterns: sorted(str(p.relative_to(ROOT)) for pattern in patterns
                                         for p in ROOT.glob(pattern)),
         "alias": alias,
-        "HAVE_HIGHWAY": highway,
     }
     namespace.update(dict.fromkeys(["cc_binary", "cc_library", "nanobind_extension", "py_library"], rule))
     exec(compile((ROOT / "BUILD").read_text(), "BUILD", "exec"), namespace)
@@ -68,7 +67,7 @@ def cmake_sources(variable: str) -> set[str]:
 
 
 def bazel_sources(target: str) -> set[str]:
-    return {src for src in bazel_targets(highway=True)[target]["srcs"] if src.endswith(".cc")}
+    return {src for src in bazel_targets()[target]["srcs"] if src.endswith(".cc")}
 
 
 def test_cmake_asks_for_the_python_that_pyproject_requires():
@@ -94,7 +93,7 @@ TESTING_EXPORTS = {"jaxAclnnTestingLastExecute", "jaxAclnnTestingRefuseNextExecu
 
 
 def test_every_header_is_listed_in_bazel():
-    listed = {src for target in bazel_targets(highway=True).values() for src in target.get("srcs", [])}
+    listed = {src for target in bazel_targets().values() for src in target.get("srcs", [])}
     for header in (ROOT / "csrc").rglob("*.h"):
         if TESTING_DIR not in header.parents:
             assert str(header.relative_to(ROOT)) in listed, header
@@ -110,19 +109,17 @@ def test_every_source_file_is_built():
 CMAKE_ONLY_DEFINES = ("JAX_ACLNN_SANITIZERS", "JAX_ACLNN_TESTING")
 
 
-def cmake_native_flags(highway: bool) -> dict[str, dict[str, set[str]]]:
+def cmake_native_flags() -> dict[str, dict[str, set[str]]]:
     """The compile "options" and "definitions" CMakeLists.txt gives the two
     libraries in the build BUILD describes: JAX_ACLNN_NATIVE_ARCH=ON (one
-    kernel target, "native"), no sanitizers or test hooks, Highway's headers
-    found or not."""
+    kernel target, "native"), no sanitizers or test hooks."""
     host = {"options": set(), "definitions": set()}
     ffi = {"options": set(), "definitions": set()}
     substitutions = {"${kernel_target}": "native", "${upper}": "NATIVE"}
     in_host_options = False
     for name, args in cmake_commands():
         args = [a for a in args if a != "PRIVATE"]
-        wanted = [a for a in args[1:] if highway or not re.search("HIGHWAY|HWY", a)]
-        wanted = [a for a in wanted if not any(d in a for d in CMAKE_ONLY_DEFINES)]
+        wanted = [a for a in args[1:] if not any(d in a for d in CMAKE_ONLY_DEFINES)]
         if name == "function" and args[0] == "aclnn_host_options":
             in_host_options = True
         elif name == "endfunction":
@@ -145,17 +142,16 @@ def cmake_native_flags(highway: bool) -> dict[str, dict[str, set[str]]]:
     return {"aclnn_host": host, "_aclnn_ffi": ffi}
 
 
-@pytest.mark.parametrize("highway", [True, False], ids=["highway", "no-highway"])
 @pytest.mark.parametrize("cmake_target, bazel_target", [
     ("aclnn_host", "libaclnn_host.so"),
     ("_aclnn_ffi", "_aclnn_ffi"),
 ])
-def test_compile_flags_agree(cmake_target, bazel_target, highway):
+def test_compile_flags_agree(cmake_target, bazel_target):
     """Optimisation flags (the host provider's -O3, -march=native, ...) and
-    definitions (the kernel target, the Highway flags that build_info()
-    reports) of BUILD and of CMake's JAX_ACLNN_NATIVE_ARCH=ON build."""
-    cmake = cmake_native_flags(highway)[cmake_target]
-    bazel = bazel_targets(highway)[bazel_target]
+    definitions (the kernel target) of BUILD and of CMake's
+    JAX_ACLNN_NATIVE_ARCH=ON build."""
+    cmake = cmake_native_flags()[cmake_target]
+    bazel = bazel_targets()[bazel_target]
     advice = f"BUILD's {bazel_target} follows CMakeLists.txt's {cmake_target} (JAX_ACLNN_NATIVE_ARCH=ON)"
     assert set(bazel.get("copts", [])) == cmake["options"], advice
     assert set(bazel.get("local_defines", [])) == cmake["definitions"], advice
@@ -169,7 +165,8 @@ def test_host_provider_exports_exactly_the_aclnn_abi():
     out = subprocess.run(["nm", "-D", "--defined-only", str(_loading.HOST_PROVIDER_LIBRARY)],
                          capture_output=True, text=True, check=True).stdout
     exported = {line.split()[-1] for line in out.splitlines() if " T " in line}
-    assert exported - TESTING_EXPORTS == declared | {"JaxAclnnHostKernelTarget"}  # host_stream.h
+    assert exported - TESTING_EXPORTS == declared | {"JaxAclnnHostKernelTarget",  # host_stream.h
+                                                     "JaxAclnnHostHalfConversions"}
 
 
 #: Instructions beyond the x86-64 baseline (SSE2): every VEX/EVEX-encoded one
@@ -203,6 +200,29 @@ def test_default_build_runs_on_any_x86_64_cpu_outside_the_dispatched_kernels():
             beyond.add(function)
     assert any("::x86_64_v3::" in f for f in beyond)  # the dispatched kernels, seen
     assert [f for f in beyond if not any(t in f for t in DISPATCHED)] == []
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 instruction sets")
+def test_dispatched_kernels_convert_float16_with_the_cpus_instructions():
+    """Regression (issue 22): the default build converted float16 with
+    portable formulas in every kernel copy unless Highway's headers were
+    installed. Now x86-64-v3/v4 use F16C in every build, and say so."""
+    from jax_aclnn import _runtime
+
+    target = _runtime.host_kernel_target()
+    if target == "native":
+        pytest.skip("a JAX_ACLNN_NATIVE_ARCH=ON build")
+    out = subprocess.run(["objdump", "-d", "-C", "--no-show-raw-insn", str(_runtime.HOST_PROVIDER_LIBRARY)],
+                         capture_output=True, text=True, check=True).stdout
+    found, function = set(), ""
+    for line in out.splitlines():
+        if line.endswith(">:"):
+            function = next((t for t in ("x86_64_v3", "x86_64_v4", "baseline") if f"::{t}::" in line), "")
+        elif function and (m := re.search(r"\t(vcvtph2ps|vcvtps2ph)\s", line)):
+            found.add((function, m.group(1)))
+    assert found == {(t, i) for t in ("x86_64_v3", "x86_64_v4") for i in ("vcvtph2ps", "vcvtps2ph")}
+    expected = "F16C vcvtph2ps/vcvtps2ph" if target in ("x86-64-v3", "x86-64-v4") else "portable formulas"
+    assert _runtime.host_half_conversions() == expected
 
 
 def test_the_python_operators_are_those_of_the_cpp_operator_list():

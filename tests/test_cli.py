@@ -120,6 +120,7 @@ def test_info():
     assert "platforms with aclnn handlers" in out and "cpu" in out
     assert "CANN" in out and "not found" in out
     assert re.search(r"host kernels \(chosen at run time\)\s*│?\s*(x86-64|baseline|native)", out), out
+    assert re.search(r"host float16 conversions\s*│?\s*(F16C|NEON|portable)", out), out
 
 
 def test_info_shows_full_paths_when_not_a_terminal():

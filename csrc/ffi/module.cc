@@ -113,11 +113,6 @@ NB_MODULE(_aclnn_ffi, m) {
 #else
     info += ", debug (assertions on)";
 #endif
-#ifdef JAX_ACLNN_HOST_HIGHWAY
-    info += ", host provider float16 conversions: Highway";
-#else
-    info += ", host provider float16 conversions: portable";
-#endif
 #ifdef JAX_ACLNN_SANITIZERS
     info += ", sanitizers: " JAX_ACLNN_SANITIZERS;
 #endif

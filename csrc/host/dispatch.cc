@@ -30,12 +30,13 @@ struct Kernels {
   decltype(&RunPointwise) run_pointwise;
   decltype(&BatchNormReduceWorkspaceSize) batch_norm_reduce_workspace_size;
   decltype(&RunBatchNormReduce) run_batch_norm_reduce;
+  decltype(&HalfConversions) half_conversions;
 };
 
 #define JAX_ACLNN_KERNELS_OF(target, name)                                      \
   Kernels {                                                                     \
     name, &target::RunPointwise, &target::BatchNormReduceWorkspaceSize,         \
-        &target::RunBatchNormReduce                                             \
+        &target::RunBatchNormReduce, &target::HalfConversions                   \
   }
 
 Kernels Choose() {
@@ -81,9 +82,15 @@ void RunBatchNormReduce(const View& grad_out, const View& input, const View& mea
 
 const char* KernelTarget() { return Chosen().target; }
 
+const char* HalfConversions() { return Chosen().half_conversions(); }
+
 }  // namespace jax_aclnn::host
 
-// The host provider's one export beyond the aclnn ABI (host_stream.h).
+// The host provider's exports beyond the aclnn ABI (host_stream.h).
 extern "C" __attribute__((visibility("default"))) const char* JaxAclnnHostKernelTarget(void) {
   return jax_aclnn::host::KernelTarget();
+}
+
+extern "C" __attribute__((visibility("default"))) const char* JaxAclnnHostHalfConversions(void) {
+  return jax_aclnn::host::HalfConversions();
 }

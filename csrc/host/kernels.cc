@@ -242,12 +242,20 @@ void RunPointwise(PointwiseOp op, const PointwiseParams& p, const View* inputs,
   }
 }
 
+const char* HalfConversions() { return kHalfConversions; }
+
 namespace {
 
 // Channel blocks and batch blocks of the batch-norm reduction. They depend
 // on the shape only, never on the thread count, so that the partial sums
 // and their combine order (and so the result bits) are the same everywhere.
+// Batch blocks (at most kBnBatchBlocks) only where there are fewer than
+// kBnMinTasks channel blocks: each batch block folds its float accumulators
+// into the double partials once per kBnFlushRows rows or fewer, so a block
+// of one row (a (16, 4M) input as 16 x 256 blocks) makes several passes per
+// element where one block of all 16 rows makes one.
 constexpr int64_t kBnBatchBlocks = 16;
+constexpr int64_t kBnMinTasks = 64;
 // Short rows (inner < kBnRowWidth): a channel block spans about this many
 // contiguous elements of one row (64 KiB of float32: each task streams long
 // runs of memory), accumulated element-wise in float.
@@ -268,11 +276,13 @@ BnShape BnShapeOf(const View& input) {
   s.channels = input.dims[1];
   s.inner = 1;
   for (int d = 2; d < input.rank; ++d) s.inner *= input.dims[d];
-  s.batch_blocks = std::max<int64_t>(1, std::min(s.outer, kBnBatchBlocks));
   s.channel_block =
       s.inner < kBnRowWidth ? kBnRowWidth / std::max<int64_t>(1, s.inner) : kBnLongRowChannels;
   s.channel_block = std::max<int64_t>(1, std::min(s.channel_block, s.channels));
   s.channel_blocks = (s.channels + s.channel_block - 1) / s.channel_block;
+  const int64_t channel_blocks = std::max<int64_t>(1, s.channel_blocks);  // C = 0: none
+  s.batch_blocks = std::clamp<int64_t>((kBnMinTasks + channel_blocks - 1) / channel_blocks, 1,
+                                       std::max<int64_t>(1, std::min(s.outer, kBnBatchBlocks)));
   return s;
 }
 

@@ -45,6 +45,7 @@ struct PointwiseParams {
 // CPU supports.
 //
 // RunPointwise: the element-wise operators.
+// HalfConversions: how the target converts contiguous float16 ("F16C ...").
 // BatchNormReduceBackward over an (N, C, ...) input: per-channel sums.
 // `outputs` holds sumDy, sumDyXmu, gradWeight, gradBias; null = not wanted.
 #define JAX_ACLNN_KERNEL_ENTRY_POINTS                                                         \
@@ -53,7 +54,8 @@ struct PointwiseParams {
   uint64_t BatchNormReduceWorkspaceSize(const View& input);                                  \
   void RunBatchNormReduce(const View& grad_out, const View& input, const View& mean,         \
                           const View& invstd, const View* const outputs[4], void* workspace, \
-                          const JaxAclnnHostStream* stream);
+                          const JaxAclnnHostStream* stream);                         \
+  const char* HalfConversions();
 
 JAX_ACLNN_KERNEL_ENTRY_POINTS
 

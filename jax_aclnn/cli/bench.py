@@ -362,8 +362,9 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     out = output_folder(args.out) if args.out else None
     rng = np.random.default_rng(0)
     bandwidth = copy_bandwidth(args.repeats)
+    build = aclnn.build_info()
     print(f"memory copy bandwidth: {bandwidth:.1f} GB/s; {jax.device_count()} CPU device(s); "
-          f"host kernels {aclnn.host_kernel_target()}; "
+          f"host kernels {build['host_kernel_target']} (float16: {build['host_half_conversions']}); "
           f"torch {'not installed' if torch is None else torch.__version__}")
     cases = [(o, s, d) for o in ops for d in dtypes for s in sizes]
     rows = [measure(o, s, d, args, rng) for o, s, d in tqdm(cases, desc="bench", unit="case", disable=args.quiet)]

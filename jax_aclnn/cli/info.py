@@ -36,6 +36,7 @@ def collect() -> dict[str, object]:
         "host provider library": build["host_provider_library"],
         "build": build["build"],
         "host kernels (chosen at run time)": build["host_kernel_target"],
+        "host float16 conversions": build["host_half_conversions"],
         "machine": f"{platform.machine()}, {platform.system()}, Python {sysconfig.get_python_version()}",
     }
 
