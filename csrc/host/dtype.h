@@ -17,6 +17,10 @@
 #if JAX_ACLNN_HAVE_HIGHWAY && (defined(__F16C__) || defined(__aarch64__))
 #define JAX_ACLNN_HIGHWAY_FLOAT16 1
 #include "hwy/highway.h"
+// Functions calling Highway carry its target attributes (aarch64 GCC: "+crypto").
+#define JAX_ACLNN_HWY_ATTR HWY_ATTR
+#else
+#define JAX_ACLNN_HWY_ATTR
 #endif
 
 namespace jax_aclnn::host {
@@ -94,9 +98,10 @@ inline uint16_t FloatToHalf(float f) {
 namespace hn = hwy::HWY_NAMESPACE;
 using FloatTag = hn::ScalableTag<float>;
 using HalfTag = hn::Rebind<hwy::float16_t, FloatTag>;
-inline int64_t FloatLanes() { return static_cast<int64_t>(hn::Lanes(FloatTag())); }
+HWY_ATTR inline int64_t FloatLanes() { return static_cast<int64_t>(hn::Lanes(FloatTag())); }
 #endif
 
+JAX_ACLNN_HWY_ATTR
 inline void HalvesToFloats(const uint16_t* __restrict src, int64_t n, float* __restrict dst) {
   int64_t i = 0;
 #if JAX_ACLNN_HIGHWAY_FLOAT16
@@ -107,6 +112,7 @@ inline void HalvesToFloats(const uint16_t* __restrict src, int64_t n, float* __r
   for (; i < n; ++i) dst[i] = HalfToFloat(src[i]);
 }
 
+JAX_ACLNN_HWY_ATTR
 inline void FloatsToHalves(const float* __restrict src, int64_t n, uint16_t* __restrict dst) {
   int64_t i = 0;
 #if JAX_ACLNN_HIGHWAY_FLOAT16
