@@ -33,8 +33,8 @@ typedef struct {
 } JaxAclnnHostStream;
 
 // The CPU target whose kernels the host provider runs, chosen on first use
-// ("x86-64", "x86-64-v3", "x86-64-v4", "native"): its one export beyond the
-// aclnn ABI.
+// ("x86-64", "x86-64-v3", "x86-64-v4", "armv8-a", "armv8.2-a+sve",
+// "native"): its one export beyond the aclnn ABI.
 const char* JaxAclnnHostKernelTarget(void);
 
 #ifdef __cplusplus
