@@ -62,4 +62,6 @@ extern "C" __attribute__((visibility("hidden"))) uint32_t arc4random() {
 // libstdc++'s headers read glibc 2.32's __libc_single_threaded to skip
 // atomic reference counts in single-threaded processes; this copy, always 0
 // (false), keeps the atomics on: correct everywhere.
-extern "C" __attribute__((visibility("hidden"))) char __libc_single_threaded = 0;
+extern "C" {
+__attribute__((visibility("hidden"))) char __libc_single_threaded = 0;
+}
