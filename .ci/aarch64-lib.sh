@@ -88,6 +88,9 @@ readme_example() {
   awk '/^```$/ && f { exit } f; /^```python$/ { f = 1 }' README.md
 }
 
+# `python -m jax_aclnn info` without the cli extra's packages: the facts.
+INFO="import jax_aclnn.info as i; print(*(f'{k}: {v}' for k, v in i.collect().items()), sep='\\n')"
+
 # Prints a phase's duration: `phase NAME` after the phase ran.
 PHASE_START=$SECONDS
 phase() {
