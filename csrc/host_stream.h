@@ -33,9 +33,10 @@ typedef struct {
 } JaxAclnnHostStream;
 
 // The CPU target whose kernels the host provider runs, chosen on first use
-// ("x86-64", "x86-64-v3", "x86-64-v4", "native"), and how those kernels
-// convert float16 ("F16C vcvtph2ps/vcvtps2ph", "portable formulas", ...):
-// the host provider's two exports beyond the aclnn ABI.
+// ("x86-64", "x86-64-v3", "x86-64-v4", "armv8-a", "armv8.2-a+sve",
+// "native"), and how those kernels convert float16 ("F16C
+// vcvtph2ps/vcvtps2ph", "NEON fcvtl/fcvtn", "portable formulas"): the host
+// provider's two exports beyond the aclnn ABI.
 const char* JaxAclnnHostKernelTarget(void);
 const char* JaxAclnnHostHalfConversions(void);
 

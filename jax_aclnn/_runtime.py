@@ -65,6 +65,7 @@ def load_cann(path: str | os.PathLike[str] | None = None) -> str:
 def host_kernel_target() -> str:
     """The CPU target whose kernels the host provider runs, chosen at run time
     (``"x86-64"``, ``"x86-64-v3"``: AVX2/FMA/F16C, ``"x86-64-v4"``: AVX-512;
+    ``"armv8-a"``: NEON, ``"armv8.2-a+sve"``: SVE, from the kernel's HWCAP;
     ``"baseline"`` on other architectures), or ``"native"`` for a build made
     with ``JAX_ACLNN_NATIVE_ARCH=ON``."""
     library = ctypes.CDLL(str(HOST_PROVIDER_LIBRARY))  # already loaded: the same handle

@@ -225,6 +225,32 @@ def test_dispatched_kernels_convert_float16_with_the_cpus_instructions():
     assert _runtime.host_half_conversions() == expected
 
 
+#: SVE instructions: any with a scalable vector (z0-z31) or predicate (p0-p15)
+#: operand, and those reading or stepping by the vector length.
+SVE = re.compile(r"\t((cnt|inc|dec|sqinc|sqdec|uqinc|uqdec)[bhwd]|addvl|addpl|rdvl)\s"
+                 r"|\t[a-z0-9.]+\s[^<]*\b([zp]\d+)(\.[bhsdq])?\b")
+
+
+@pytest.mark.skipif(platform.machine() != "aarch64", reason="aarch64 instruction sets")
+def test_default_build_runs_on_any_aarch64_cpu_outside_the_dispatched_kernels():
+    """The default aarch64 build targets armv8-a (NEON); SVE code lives only
+    in the kernel copy that dispatch.cc picks when the CPU has SVE."""
+    from jax_aclnn import _runtime
+
+    if _runtime.host_kernel_target() == "native":
+        pytest.skip("a JAX_ACLNN_NATIVE_ARCH=ON build")
+    out = subprocess.run(["objdump", "-d", "-C", "--no-show-raw-insn", str(_runtime.HOST_PROVIDER_LIBRARY)],
+                         capture_output=True, text=True, check=True).stdout
+    sve, function = set(), ""
+    for line in out.splitlines():
+        if line.endswith(">:"):
+            function = line
+        elif SVE.search(line.split("//")[0]):
+            sve.add(function)
+    assert any("::armv8_2_a_sve::" in f for f in sve)  # the dispatched kernels, seen
+    assert [f for f in sve if "::armv8_2_a_sve::" not in f] == []
+
+
 def test_the_python_operators_are_those_of_the_cpp_operator_list():
     """csrc/operators.h is the one list; every Python operator names its
     function and aclnn operator as that list does."""

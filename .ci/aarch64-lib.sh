@@ -1,0 +1,99 @@
+# Shared by .ci/aarch64 and .ci/wheels (sourced, not run): an arm64 Debian 12
+# userland run under qemu-user on an x86-64 host, and aarch64 wheels
+# cross-built on the host with Debian's g++-aarch64-linux-gnu.
+
+AARCH64_WORK=build/aarch64               # everything made here (git-ignored)
+AARCH64_ROOT=$AARCH64_WORK/root          # the arm64 userland
+AARCH64_PYTHON=python3.11                # Debian 12's Python, the userland's
+
+# Prints a skip line and exits 0 when the host cannot run aarch64 code.
+aarch64_host_setup() {
+  local why=""
+  if [ "$(uname -m)" != x86_64 ]; then why="needs an x86-64 host (it emulates aarch64)"
+  elif [ "$(id -u)" != 0 ]; then why="needs root (binfmt_misc, mmdebstrap --mode=root, chroot)"
+  elif ! command -v apt-get >/dev/null; then why="needs apt-get (Debian's qemu-user-static, mmdebstrap)"
+  elif ! (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+            qemu-user-static binfmt-support mmdebstrap g++-aarch64-linux-gnu libhwy-dev) >/dev/null 2>&1
+  then why="the host packages (qemu-user-static, mmdebstrap, g++-aarch64-linux-gnu) do not install"
+  elif ! { mountpoint -q /proc/sys/fs/binfmt_misc \
+           || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc 2>/dev/null; }; then
+    why="binfmt_misc cannot be mounted (a container without that privilege)"
+  elif ! update-binfmts --enable qemu-aarch64 2>/dev/null \
+       && ! grep -qx enabled /proc/sys/fs/binfmt_misc/qemu-aarch64 2>/dev/null; then
+    why="the qemu-aarch64 binfmt handler cannot be registered"
+  fi
+  if [ -n "$why" ]; then
+    echo "SKIPPED $(basename "$0") (aarch64 under qemu): $why"
+    exit 0
+  fi
+}
+
+# The arm64 userland: Python, its headers (for the cross build), objdump
+# (tests/test_build.py), the host's CA bundle (pip there trusts what the
+# host's pip trusts). No compiler: everything is cross-built on the host.
+aarch64_userland() {
+  aarch64_unmount
+  rm -rf "$AARCH64_ROOT"
+  mkdir -p "$AARCH64_WORK"
+  nice mmdebstrap --quiet --mode=root --arch=arm64 --variant=essential \
+    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
+    --dpkgopt='path-exclude=/usr/share/locale/*' \
+    --include=python3,python3-venv,libpython3.11-dev,binutils,ca-certificates \
+    bookworm "$AARCH64_ROOT" http://deb.debian.org/debian
+  cp /etc/ssl/certs/ca-certificates.crt "$AARCH64_ROOT/etc/ssl/certs/ca-certificates.crt"
+}
+
+aarch64_unmount() {
+  if mountpoint -q "$AARCH64_ROOT/proc" 2>/dev/null; then umount "$AARCH64_ROOT/proc"; fi
+}
+
+# Runs a command in the userland, in a clean environment (the host's PIP_*
+# and paths stay out), with /proc mounted for its duration. Extra variables:
+# `in_aarch64 env VAR=value ... command`.
+in_aarch64() {
+  mountpoint -q "$AARCH64_ROOT/proc" || mount -t proc proc "$AARCH64_ROOT/proc"
+  nice chroot "$AARCH64_ROOT" /usr/bin/env -i HOME=/root LANG=C.UTF-8 \
+    PATH=/usr/local/bin:/usr/bin:/bin PIP_CERT=/etc/ssl/certs/ca-certificates.crt \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 "$@"
+}
+
+# Cross-builds the project's aarch64 wheel into directory $1; further
+# arguments go to `pip wheel` (e.g. -C cmake.define.JAX_ACLNN_TESTING=ON).
+# The target Python's headers come from the userland, Highway's (the same
+# headers on every architecture) from the host's libhwy-dev.
+aarch64_cross_wheel() {
+  local out=$1 root include
+  shift
+  root=$(realpath "$AARCH64_ROOT")
+  include=$(realpath -m "$AARCH64_WORK/include")
+  mkdir -p "$include"
+  # Debian's pyconfig.h includes <aarch64-linux-gnu/python3.11/pyconfig.h>;
+  # -idirafter finds it there without putting the userland's /usr/include
+  # ahead of the cross compiler's own headers.
+  ln -sfn "$root/usr/include/aarch64-linux-gnu" "$include/aarch64-linux-gnu"
+  rm -rf "$include/hwy" && cp -r /usr/include/hwy "$include/hwy"  # seen by .ci/wheels' chroot too
+  # The wheel's tag is set, not taken from the host (_PYTHON_HOST_PLATFORM
+  # would also make pip fetch aarch64 build requirements for the host).
+  CXXFLAGS="-idirafter $include" SETUPTOOLS_EXT_SUFFIX=".cpython-311-aarch64-linux-gnu.so" \
+    nice pip wheel --quiet --no-deps --wheel-dir "$out" \
+      -C cmake.toolchain-file=cmake/aarch64-linux-gnu.cmake \
+      -C "cmake.define.Python_INCLUDE_DIR=$root/usr/include/$AARCH64_PYTHON" \
+      -C "cmake.define.HWY_INCLUDE_DIR=$include" \
+      -C wheel.tags=cp311-cp311-linux_aarch64 \
+      -C "build-dir=$AARCH64_WORK/build-$(basename "$out")" "$@" .
+}
+
+# The README's example (its first Python block).
+readme_example() {
+  awk '/^```$/ && f { exit } f; /^```python$/ { f = 1 }' README.md
+}
+
+# `python -m jax_aclnn info` without the cli extra's packages: the facts.
+INFO="import jax_aclnn.info as i; print(*(f'{k}: {v}' for k, v in i.collect().items()), sep='\\n')"
+
+# Prints a phase's duration: `phase NAME` after the phase ran.
+PHASE_START=$SECONDS
+phase() {
+  printf '%s: %s took %d s\n' "$(basename "$0")" "$1" $((SECONDS - PHASE_START))
+  PHASE_START=$SECONDS
+}
