@@ -10,6 +10,11 @@ def registrations() -> dict:
 def operators() -> dict:
     """{jax_aclnn function: aclnn operator}, the list of csrc/operators.h."""
 
+def operator_attributes() -> dict:
+    """
+    {jax_aclnn function: {attribute: NumPy dtype name}}: the custom call's attributes, as the handlers decode them (csrc/ops/).
+    """
+
 def state_type() -> dict:
     """The FFI type registration of the per-call-site executor cache."""
 
