@@ -49,7 +49,15 @@ not_mapped = None
 primitive_batchers = batching.primitive_batchers
 register_lowering = mlir.register_lowering
 lower_fun = mlir.lower_fun
-lower_per_platform = mlir.lower_per_platform
+
+
+def lower_per_platform(ctx: Any, *args: Any, **kwargs: Any) -> Any:
+    """``mlir.lower_per_platform`` (jax 0.8.1 to 0.10). Its multi-platform
+    branch (``jax.export`` for several platforms) concatenates a list with
+    ``ctx.avals_out``, which JAX hands an uncacheable lowering rule as a
+    tuple: give it a list."""
+    return mlir.lower_per_platform(ctx.replace(avals_out=list(ctx.avals_out)), *args, **kwargs)
+
 
 # Autodiff rules of primitives (jax 0.8.1 to 0.10: jax._src.interpreters.ad).
 primitive_jvps = ad.primitive_jvps
