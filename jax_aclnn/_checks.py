@@ -39,9 +39,13 @@ def float_arrays(op: str, **args: Any) -> list[jax.Array]:
     weakly typed.
 
     Raises:
-      TypeError: an argument has an unsupported dtype, or the dtypes differ.
+      TypeError: an argument is None or not an array, has an unsupported
+        dtype, or the dtypes differ.
       ValueError: an argument has rank above 8.
     """
+    for name, value in args.items():
+        if value is None:
+            raise TypeError(f"{op}: {name} must be an array, got None")
     weak = {name: _is_weak(value) for name, value in args.items()}
     dtypes = {}
     for name, value in args.items():
@@ -79,7 +83,7 @@ def _listing(names: Sequence[str], arrays: Sequence[jax.Array]) -> str:
 def broadcast_shape(op: str, names: Sequence[str], arrays: Sequence[jax.Array]) -> tuple[int, ...]:
     """The numpy broadcast shape of the arrays; ValueError naming them if none."""
     try:
-        return tuple(np.broadcast_shapes(*(a.shape for a in arrays)))
+        return tuple(jnp.broadcast_shapes(*(a.shape for a in arrays)))
     except ValueError:
         raise ValueError(
             f"{op}: shapes do not broadcast together: {_listing(names, arrays)}"
@@ -116,6 +120,22 @@ def real_number(op: str, name: str, value: Any) -> float:
     ):
         raise TypeError(f"{op}: {name} must be a real number, got {value!r}")
     return float(value)
+
+
+def float32_number(op: str, name: str, value: Any) -> float:
+    """:func:`real_number` for an aclnn attribute of type float32: a finite
+    value beyond float32's range (such as ``1e40``) is a ValueError, not a
+    silent infinity; infinities and NaN pass as they are."""
+    value = real_number(op, name, value)
+    with np.errstate(over="raise"):
+        try:
+            np.float32(value)
+        except FloatingPointError:
+            raise ValueError(
+                f"{op}: {name}={value!r} is beyond float32's range (the aclnn operator "
+                f"takes {name} as float32, finite up to {float(np.finfo(np.float32).max):.7g} in magnitude)"
+            ) from None
+    return value
 
 
 def flag(op: str, name: str, value: Any) -> bool:

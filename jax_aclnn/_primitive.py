@@ -160,7 +160,7 @@ class AclnnPrimitive:
         past aclnn's rank limit: then the call runs on the operands with
         their dimensions merged (:func:`merged_shapes`) and the result gets
         the broadcast shape back."""
-        shape = tuple(np.broadcast_shapes(*(a.shape for a in operands)))
+        shape = tuple(jnp.broadcast_shapes(*(a.shape for a in operands)))
         if len(shape) <= _checks.MAX_RANK:
             return self.bind(*operands, **params)
         shapes = merged_shapes(self.name, self.operand_names, [a.shape for a in operands])
@@ -233,7 +233,7 @@ def merged_shapes(op: str, names: Sequence[str],
       ValueError: more than 8 dimensions remain (aclnn's rank limit), naming
         ``op`` and the operands' shapes.
     """
-    shape = tuple(np.broadcast_shapes(*shapes))
+    shape = tuple(jnp.broadcast_shapes(*shapes))
     padded = [(1,) * (len(shape) - len(s)) + tuple(s) for s in shapes]
     groups: list[tuple[tuple[bool, ...], int]] = []  # (which operands have it, size)
     for i, n in enumerate(shape):

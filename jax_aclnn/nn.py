@@ -82,8 +82,9 @@ def smooth_l1_loss(
       The loss: a scalar for ``"mean"``/``"sum"``, else the broadcast shape.
 
     Raises:
-      TypeError: unsupported or differing dtypes.
-      ValueError: shapes do not broadcast, ``beta < 0``, unknown reduction.
+      TypeError: unsupported or differing dtypes, a tensor that is None.
+      ValueError: shapes do not broadcast, ``beta < 0`` or beyond float32's
+        range, unknown reduction.
 
     Transformations: all (module docstring). Reverse mode:
     aclnnSmoothL1LossBackward on the cotangent (a scalar for
@@ -93,7 +94,7 @@ def smooth_l1_loss(
     op = "smooth_l1_loss"
     x, y = _checks.float_arrays(op, input=input, target=target)
     _checks.broadcast_shape(op, ("input", "target"), (x, y))
-    beta = _checks.real_number(op, "beta", beta)
+    beta = _checks.float32_number(op, "beta", beta)
     if not beta >= 0:
         raise ValueError(f"{op}: beta must be >= 0, got {beta}")
     return _smooth_l1_loss(x, y, reduction_code(op, reduction), beta)
@@ -114,7 +115,7 @@ def _smooth_l1_loss(x, y, reduction, beta):
 @_smooth_l1_loss.defjvp
 def _smooth_l1_loss_jvp(reduction, beta, primals, tangents):
     x, y = primals
-    shape = np.broadcast_shapes(x.shape, y.shape)
+    shape = jnp.broadcast_shapes(x.shape, y.shape)
     # The kernel's "mean" divides by its input's size: give it the broadcast
     # input so that it matches the forward mean.
     xb = jnp.broadcast_to(x, shape)
@@ -140,7 +141,7 @@ def logit(x: Any, eps: float | None = None) -> jax.Array:
     the tangent in forward mode. Transformations: all (module docstring).
 
     Raises:
-      TypeError: unsupported dtype.
+      TypeError: unsupported dtype, ``x`` is None.
     """
     (xa,) = _checks.float_arrays("logit", x=x)
     e = None if eps is None else _checks.real_number("logit", "eps", eps)
@@ -176,10 +177,11 @@ def hardshrink(x: Any, lambd: float = 0.5) -> jax.Array:
     ``aclnn.hardshrink(nn.Dense(64)(x), 0.1)``.
 
     Raises:
-      TypeError: unsupported dtype.
+      TypeError: unsupported dtype, ``x`` is None.
+      ValueError: ``lambd`` beyond float32's range (such as ``1e40``).
     """
     (xa,) = _checks.float_arrays("hardshrink", x=x)
-    return _hardshrink(xa, _checks.real_number("hardshrink", "lambd", lambd))
+    return _hardshrink(xa, _checks.float32_number("hardshrink", "lambd", lambd))
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(1,))
@@ -208,10 +210,11 @@ def swish(x: Any, beta: float = 1.0) -> jax.Array:
     ``aclnn.swish(self.linear(x))`` (nnx).
 
     Raises:
-      TypeError: unsupported dtype.
+      TypeError: unsupported dtype, ``x`` is None.
+      ValueError: ``beta`` beyond float32's range (such as ``1e40``).
     """
     (xa,) = _checks.float_arrays("swish", x=x)
-    return _swish(xa, _checks.real_number("swish", "beta", beta))
+    return _swish(xa, _checks.float32_number("swish", "beta", beta))
 
 
 def silu(x: Any) -> jax.Array:

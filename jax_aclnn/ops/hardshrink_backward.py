@@ -30,10 +30,10 @@ class HardshrinkBackward(AclnnPrimitive):
     alias_gradient = True
 
     def abstract_eval(self, g, x, *, lambd):
-        return ShapedArray(np.broadcast_shapes(g.shape, x.shape), x.dtype)
+        return ShapedArray(jnp.broadcast_shapes(g.shape, x.shape), x.dtype)
 
     def reference(self, g, x, *, lambd):
-        shape = np.broadcast_shapes(g.shape, x.shape)
+        shape = jnp.broadcast_shapes(g.shape, x.shape)
         out = jnp.where(shrunk(x, lambd), jnp.zeros((), x.dtype), g.astype(x.dtype))
         return jnp.broadcast_to(out, shape)
 
@@ -76,4 +76,4 @@ def hardshrink_backward(grad_output: Any, input: Any, *, lambd: float = 0.5) -> 
     op = _op.name
     g, x = _checks.float_arrays(op, grad_output=grad_output, input=input)
     _checks.broadcast_shape(op, ("grad_output", "input"), (g, x))
-    return _op.bind(g, x, lambd=_checks.real_number(op, "lambd", lambd))
+    return _op.bind(g, x, lambd=_checks.float32_number(op, "lambd", lambd))

@@ -37,15 +37,15 @@ class SmoothL1LossBackward(AclnnPrimitive):
     alias_gradient = True
 
     def abstract_eval(self, g, x, y, *, reduction, beta):
-        return ShapedArray(np.broadcast_shapes(g.shape, x.shape, y.shape), x.dtype)
+        return ShapedArray(jnp.broadcast_shapes(g.shape, x.shape, y.shape), x.dtype)
 
     def reference(self, g, x, y, *, reduction, beta):
-        shape = np.broadcast_shapes(g.shape, x.shape, y.shape)
+        shape = jnp.broadcast_shapes(g.shape, x.shape, y.shape)
         d = x.astype(jnp.float32) - y.astype(jnp.float32)
         quadratic = d / beta if beta > 0 else jnp.zeros_like(d)
         dloss = jnp.where(jnp.abs(d) < beta, quadratic, jnp.sign(d))
         scale = 1.0 / max(x.size, 1) if reduction == REDUCTIONS["mean"] else 1.0
-        out = g.astype(jnp.float32) * np.float32(scale) * dloss
+        out = g.astype(jnp.float32) * jnp.asarray(scale, jnp.float32) * dloss  # symbolic sizes too
         return jnp.broadcast_to(out, shape).astype(x.dtype)
 
     def ffi_attributes(self, *, reduction, beta):
@@ -127,7 +127,7 @@ def smooth_l1_loss_backward(
     g, x, y = _checks.float_arrays(op, grad_out=grad_out, input=input, target=target)
     _checks.broadcast_shape(op, ("grad_out", "input", "target"), (g, x, y))
     code = reduction_code(op, reduction)
-    beta = _checks.real_number(op, "beta", beta)
+    beta = _checks.float32_number(op, "beta", beta)
     if not beta >= 0:
         raise ValueError(f"{op}: beta must be >= 0, got {beta}")
     return _op.bind(g, x, y, reduction=code, beta=beta)

@@ -68,5 +68,5 @@ def swish_backward(grad_output: Any, input: Any, *, beta: float | None = 1.0) ->
     op = _op.name
     g, x = _checks.float_arrays(op, grad_output=grad_output, input=input)
     _checks.same_shape(op, ("grad_output", "input"), (g, x))
-    b = None if beta is None else _checks.real_number(op, "beta", beta)
+    b = None if beta is None else _checks.float32_number(op, "beta", beta)
     return _op.bind(g, x, beta=b)
