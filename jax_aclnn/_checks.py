@@ -131,9 +131,10 @@ def float32_number(op: str, name: str, value: Any) -> float:
         try:
             np.float32(value)
         except FloatingPointError:
+            limit = float(np.finfo(np.float32).max)
             raise ValueError(
                 f"{op}: {name}={value!r} is beyond float32's range (the aclnn operator "
-                f"takes {name} as float32, finite up to {float(np.finfo(np.float32).max):.7g} in magnitude)"
+                f"takes {name} as float32, finite up to {limit:.7g} in magnitude)"
             ) from None
     return value
 
