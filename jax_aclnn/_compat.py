@@ -109,12 +109,20 @@ def match_varying_axes(args: Sequence[Any]) -> list[Any]:
     return list(_insert_varying_casts(*args))
 
 
-def with_varying_axes(out: Any, in_avals: Sequence[Any]) -> Any:
-    """The output aval ``out`` varying over the manual axes of ``in_avals``."""
+def with_operand_types(out: Any, in_avals: Sequence[Any], spec: Sequence[Any]) -> Any:
+    """The output aval ``out`` on the mesh of ``in_avals``, sharded as
+    ``spec`` (a PartitionSpec entry per dimension: the mesh axes of the
+    operand dimensions it comes from; explicit axes only, as ``jax.typeof``
+    shows them) and varying over the manual axes of ``in_avals``."""
     vma = frozenset().union(*(_aval_varying_axes(a) for a in in_avals))
-    if not vma:
+    meshes = [a.sharding.mesh for a in in_avals
+              if getattr(a, "sharding", None) is not None and not a.sharding.mesh.empty]
+    if not meshes and not vma:
         return out
-    sharding = _core.get_cur_mesh_sharding()
+    if meshes:
+        sharding = jax.sharding.NamedSharding(meshes[0], jax.sharding.PartitionSpec(*spec))
+    else:
+        sharding = _core.get_cur_mesh_sharding()
     if hasattr(_core, "ManualAxisType"):  # jax >= 0.10
         return out.update(sharding=sharding, manual_axis_type=_core.ManualAxisType(varying=vma))
     return out.update(sharding=sharding, vma=vma)  # jax 0.8, 0.9
@@ -190,5 +198,5 @@ __all__ = [
     "register_lowering_per_use",
     "require_devices_during_lowering",
     "spmd_partitioned",
-    "with_varying_axes",
+    "with_operand_types",
 ]

@@ -169,9 +169,9 @@ class AclnnPrimitive:
 
     def _abstract_eval(self, *avals: ShapedArray, **params: Any) -> Any:
         out = self.abstract_eval(*avals, **params)
-        if self.multiple_results:
-            return [_compat.with_varying_axes(o, avals) for o in out]
-        return _compat.with_varying_axes(out, avals)
+        typed = _sharding.typed(self, list(out) if self.multiple_results else [out], avals,
+                                **params)
+        return typed if self.multiple_results else typed[0]
 
     def ffi_call(self, *args: Any, alias: bool = False, **params: Any) -> list[Any]:
         """The typed-FFI custom call of this operator (a list of results);
