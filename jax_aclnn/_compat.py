@@ -128,6 +128,15 @@ def with_operand_types(out: Any, in_avals: Sequence[Any], spec: Sequence[Any]) -
     return out.update(sharding=sharding, vma=vma)  # jax 0.8, 0.9
 
 
+def sharded_dims(x: Any) -> frozenset[int]:
+    """The dimensions of ``x`` that its type shards (explicit mesh axes,
+    jax >= 0.8.1: ``jax.typeof(x).sharding``); a reshape merging one of them
+    with another dimension is a ShardingTypeError."""
+    sharding = getattr(jax.typeof(x), "sharding", None)
+    spec = tuple(sharding.spec) if sharding is not None else ()
+    return frozenset(i for i, entry in enumerate(spec) if entry is not None)
+
+
 def register_cpu_ffi_type(name: str, registration: dict[str, Any]) -> None:
     """Registers an FFI type in XLA's process-wide registry for the CPU,
     whether or not JAX's CPU backend has started (jaxlib's CPU client does
@@ -197,6 +206,7 @@ __all__ = [
     "register_lowering",
     "register_lowering_per_use",
     "require_devices_during_lowering",
+    "sharded_dims",
     "spmd_partitioned",
     "with_operand_types",
 ]

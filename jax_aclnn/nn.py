@@ -39,7 +39,7 @@ import numpy as np
 
 from jax.core import ShapedArray
 
-from jax_aclnn import _checks
+from jax_aclnn import _checks, _compat
 from jax_aclnn.ops import (
     hardshrink_backward,
     logit_grad,
@@ -254,7 +254,9 @@ def batch_norm(
     Statistics run over every axis except ``channel_axis`` (biased variance):
     ``y = (x - mean) / sqrt(var + eps) * weight + bias``. Any channel axis
     works without transposes: the backward views ``x`` as ``(outer, C,
-    inner)``, which puts the channel at dim 1 for the aclnn operator. With
+    inner)``, which puts the channel at dim 1 for the aclnn operator (under
+    explicit sharding, where that view would merge a sharded dimension with
+    another, it moves the channel axis to dim 1 instead). Any rank works. With
     ``axis_name`` the statistics and the backward sums run across that
     mapped axis too (synchronized batch norm under ``shard_map``/``pmap``,
     as PyTorch's SyncBatchNorm: ``sum_dy`` and ``sum_dy_xmu`` are
@@ -378,9 +380,7 @@ def _batch_norm_jvp(axis, eps, axis_name, primals, tangents):
     tx, tw, tb = tangents
     out, mean, invstd, count = _batch_norm_forward(x, weight, bias, axis, eps, axis_name)
     dtype = x.dtype
-    outer = math.prod(x.shape[:axis])
-    inner = math.prod(x.shape[axis + 1 :])
-    as3 = lambda a: a.reshape(outer, x.shape[axis], inner)  # noqa: E731
+    as3, back = _channel_view(x, axis)
     x3 = as3(x)
     # The statistics, the weight and so the sums stay float32 for
     # half-precision x (the operator's outputs take mean's dtype).
@@ -399,6 +399,23 @@ def _batch_norm_jvp(axis, eps, axis_name, primals, tangents):
         cts, [x3, mean, invstd, none if w32 is None else w32], ShapedArray(x3.shape, dtype),
         has_weight=weight is not None, input_g=True, weight_g=weight is not None,
         bias_g=bias is not None)
-    ty = as3(tx).astype(jnp.float32) * scale.reshape(1, -1, 1) + rest.astype(jnp.float32)
+    ty = as3(tx).astype(jnp.float32) * _channel(scale, x3.ndim, 1) + rest.astype(jnp.float32)
     zero = jnp.zeros_like(out[1])
-    return out, (ty.astype(dtype).reshape(x.shape), zero, zero)
+    return out, (back(ty.astype(dtype)), zero, zero)
+
+
+def _channel_view(x, axis):
+    """Functions viewing arrays shaped like ``x`` with the channel ``axis``
+    at dim 1, as aclnnBatchNormReduceBackward takes them, and back.
+
+    A reshape to ``(outer, C, inner)`` (free), unless it would merge a
+    dimension sharded by ``x``'s type (explicit sharding) with another: then
+    the channel axis moves to dim 1 (a transpose) and the dimensions keep
+    their sharding.
+    """
+    sharded = _compat.sharded_dims(x)
+    merges = lambda dims: len(dims) > 1 and bool(sharded & set(dims))  # noqa: E731
+    if merges(range(axis)) or merges(range(axis + 1, x.ndim)):
+        return (lambda a: jnp.moveaxis(a, axis, 1)), (lambda a: jnp.moveaxis(a, 1, axis))
+    shape3 = (math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:]))
+    return (lambda a: a.reshape(shape3)), (lambda a: a.reshape(x.shape))
