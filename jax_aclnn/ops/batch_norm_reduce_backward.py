@@ -8,9 +8,9 @@ import jax
 import jax.numpy as jnp
 from jax.core import ShapedArray
 
-from jax_aclnn import _checks
+from jax_aclnn import _checks, _compat
 from jax_aclnn._compat import not_mapped
-from jax_aclnn._primitive import AclnnPrimitive, batch_size
+from jax_aclnn._primitive import AclnnPrimitive, batch_size, merged_shapes
 
 #: Output names, in aclnn order.
 OUTPUTS = ("sum_dy", "sum_dy_xmu", "grad_weight", "grad_bias")
@@ -98,6 +98,21 @@ class BatchNormReduceBackward(AclnnPrimitive):
         return ([data, data] + [per_channel(a) for a in in_avals[2:]],
                 [per_channel(o) for o in out_avals])
 
+    def bind_merged(self, operands, **params):
+        # Past aclnn's rank limit: grad_out and input keep dims 0 and 1 (the
+        # channels), the dims after them merge (a sharded one stays whole).
+        g, x, *vectors = operands
+        sharded = frozenset(i - 2 for i in _compat.sharded_dims(g) | _compat.sharded_dims(x)
+                            if i >= 2)
+        (tail,) = merged_shapes(self.name, ("input",), [x.shape[2:]], sharded)
+        shape = tuple(x.shape[:2]) + tail
+        if len(shape) > _checks.MAX_RANK:
+            raise ValueError(
+                f"{self.name}: input of shape {x.shape} has {len(tail)} sharded dimensions "
+                f"after dim 1 that cannot be merged; the aclnn operator takes rank at most "
+                f"{_checks.MAX_RANK}")
+        return self.bind(g.reshape(shape), x.reshape(shape), *vectors, **params)
+
     def batch(self, args, dims, **params):
         # Fold the mapped axis into the channel axis: the example axis moves
         # next to the channels, (N, B, C, ...) -> (N, B*C, ...), so one call
@@ -161,8 +176,9 @@ def batch_norm_reduce_backward(
 
     Args:
       grad_out: gradient of the batch-norm output, shape ``(N, C, ...)``.
-      input: the batch-norm input, same shape as ``grad_out``, rank 2 to 8,
-        ``C >= 1``.
+      input: the batch-norm input, same shape as ``grad_out``, rank >= 2,
+        ``C >= 1`` (past rank 8, aclnn's limit, the dims after dim 1 are merged
+        for the call).
       mean: the per-channel mean used in the forward, shape ``(C,)``.
       invstd: the per-channel ``1 / sqrt(var + eps)``, shape ``(C,)``.
       weight: the scale, shape ``(C,)``, or None (ones).
@@ -195,7 +211,7 @@ def batch_norm_reduce_backward(
     arrays = _checks.float_arrays(op, **tensors)
     g, x, m, s = arrays[:4]
     if x.ndim < 2:
-        raise ValueError(f"{op}: input must have rank 2 to 8, got shape {x.shape}")
+        raise ValueError(f"{op}: input must have rank >= 2, got shape {x.shape}")
     _checks.same_shape(op, ("grad_out", "input"), (g, x))
     channels = x.shape[1]
     if channels < 1:

@@ -41,7 +41,7 @@ class HardshrinkBackward(AclnnPrimitive):
         return {"lambd": np.float32(lambd)}
 
     def batch(self, args, dims, *, lambd):
-        return self.bind_batched(batch_broadcasting(args, dims), lambd=lambd), 0
+        return self.bind(batch_broadcasting(args, dims), lambd=lambd), 0
 
 
 _op = HardshrinkBackward()
@@ -71,7 +71,9 @@ def hardshrink_backward(grad_output: Any, input: Any, *, lambd: float = 0.5) -> 
       TypeError: a tensor is not float32/float16/bfloat16, dtypes differ
         (Python scalars take the arrays' dtype), or ``lambd`` is not a static
         real number (a string such as ``'1.5'`` is not).
-      ValueError: shapes do not broadcast, or rank above 8.
+      ValueError: shapes do not broadcast, more than 8 dimensions that do not
+        merge (past rank 8, aclnn's limit, dimensions are merged for the
+        call), or ``lambd`` beyond float32's range.
     """
     op = _op.name
     g, x = _checks.float_arrays(op, grad_output=grad_output, input=input)

@@ -40,7 +40,7 @@ class LogitGrad(AclnnPrimitive):
         return {"eps": np.float64(eps)}
 
     def batch(self, args, dims, *, eps):
-        return self.bind_batched(batch_same_shape(args, dims), eps=eps), 0
+        return self.bind(batch_same_shape(args, dims), eps=eps), 0
 
 
 _op = LogitGrad()
@@ -72,7 +72,8 @@ def logit_grad(x: Any, dy: Any, *, eps: float = -1.0) -> jax.Array:
       TypeError: a tensor is not float32/float16/bfloat16, dtypes differ
         (Python scalars take the arrays' dtype), or ``eps`` is not a static
         real number (a string such as ``'1.5'`` is not).
-      ValueError: ``x`` and ``dy`` differ in shape, or rank above 8.
+      ValueError: ``x`` and ``dy`` differ in shape (any rank: past rank 8,
+        aclnn's limit, dimensions are merged for the call).
     """
     op = _op.name
     xa, dya = _checks.float_arrays(op, x=x, dy=dy)

@@ -59,7 +59,7 @@ class SmoothL1LossBackward(AclnnPrimitive):
                 args[1].shape[dims[1]] if dims[1] is not not_mapped else 1
             )
             g = rescale_mean(g, x.size, per_example)
-        return self.bind_batched((g, x, y), reduction=reduction, beta=beta), 0
+        return self.bind((g, x, y), reduction=reduction, beta=beta), 0
 
     def local_call(self, args, global_avals, *, reduction, beta):
         g, x, y = args
@@ -120,7 +120,9 @@ def smooth_l1_loss_backward(
       TypeError: a tensor is not float32/float16/bfloat16, dtypes differ
         (Python scalars take the arrays' dtype), or ``beta`` is not a static
         real number (a string such as ``'1.5'`` is not).
-      ValueError: shapes do not broadcast, rank above 8, ``beta < 0``, or an
+      ValueError: shapes do not broadcast, more than 8 dimensions that do not
+        merge (past rank 8, aclnn's limit, dimensions are merged for the
+        call), ``beta < 0`` or beyond float32's range, or an
         unknown ``reduction``.
     """
     op = _op.name

@@ -32,7 +32,7 @@ class SwishBackward(AclnnPrimitive):
         return {"has_beta": np.bool_(beta is not None), "beta": np.float32(beta or 0.0)}
 
     def batch(self, args, dims, *, beta):
-        return self.bind_batched(batch_same_shape(args, dims), beta=beta), 0
+        return self.bind(batch_same_shape(args, dims), beta=beta), 0
 
 
 _op = SwishBackward()
@@ -63,7 +63,8 @@ def swish_backward(grad_output: Any, input: Any, *, beta: float | None = 1.0) ->
       TypeError: a tensor is not float32/float16/bfloat16, dtypes differ
         (Python scalars take the arrays' dtype), or ``beta`` is not a static
         real number (a string such as ``'1.5'`` is not).
-      ValueError: shapes differ, or rank above 8.
+      ValueError: shapes differ (any rank: past rank 8, aclnn's limit,
+        dimensions are merged for the call), or ``beta`` beyond float32's range.
     """
     op = _op.name
     g, x = _checks.float_arrays(op, grad_output=grad_output, input=input)
