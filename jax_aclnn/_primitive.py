@@ -152,7 +152,7 @@ class AclnnPrimitive:
     def bind(self, *args: Any, **params: Any) -> Any:
         if reference_forced(self.name):
             return self.reference(*args, **params)
-        if max(np.ndim(a) for a in args) > _checks.MAX_RANK:
+        if max(jnp.ndim(a) for a in args) > _checks.MAX_RANK:
             return self.bind_merged(args, **params)
         return self.primitive.bind(*_compat.match_varying_axes(args), **params)
 
@@ -165,7 +165,7 @@ class AclnnPrimitive:
         result of the operands' broadcast shape."""
         shape = tuple(jnp.broadcast_shapes(*(a.shape for a in operands)))
         sharded = frozenset().union(*(
-            {i + len(shape) - np.ndim(a) for i in _compat.sharded_dims(a)} for a in operands))
+            {i + len(shape) - jnp.ndim(a) for i in _compat.sharded_dims(a)} for a in operands))
         shapes = merged_shapes(self.name, self.operand_names, [a.shape for a in operands],
                                sharded)
         merged = [jnp.reshape(a, s) for a, s in zip(operands, shapes)]

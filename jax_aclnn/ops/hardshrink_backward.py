@@ -41,7 +41,7 @@ class HardshrinkBackward(AclnnPrimitive):
         return {"lambd": np.float32(lambd)}
 
     def batch(self, args, dims, *, lambd):
-        return self.bind(batch_broadcasting(args, dims), lambd=lambd), 0
+        return self.bind(*batch_broadcasting(args, dims), lambd=lambd), 0
 
 
 _op = HardshrinkBackward()

@@ -40,7 +40,7 @@ class LogitGrad(AclnnPrimitive):
         return {"eps": np.float64(eps)}
 
     def batch(self, args, dims, *, eps):
-        return self.bind(batch_same_shape(args, dims), eps=eps), 0
+        return self.bind(*batch_same_shape(args, dims), eps=eps), 0
 
 
 _op = LogitGrad()

@@ -59,7 +59,7 @@ class SmoothL1LossBackward(AclnnPrimitive):
                 args[1].shape[dims[1]] if dims[1] is not not_mapped else 1
             )
             g = rescale_mean(g, x.size, per_example)
-        return self.bind((g, x, y), reduction=reduction, beta=beta), 0
+        return self.bind(g, x, y, reduction=reduction, beta=beta), 0
 
     def local_call(self, args, global_avals, *, reduction, beta):
         g, x, y = args

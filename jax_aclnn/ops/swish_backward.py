@@ -32,7 +32,7 @@ class SwishBackward(AclnnPrimitive):
         return {"has_beta": np.bool_(beta is not None), "beta": np.float32(beta or 0.0)}
 
     def batch(self, args, dims, *, beta):
-        return self.bind(batch_same_shape(args, dims), beta=beta), 0
+        return self.bind(*batch_same_shape(args, dims), beta=beta), 0
 
 
 _op = SwishBackward()
