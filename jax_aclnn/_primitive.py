@@ -23,7 +23,6 @@ from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.core import ShapedArray
 
 from jax_aclnn import _autodiff, _checks, _compat, _ffi, _sharding
@@ -254,8 +253,8 @@ def merged_shapes(op: str, names: Sequence[str], shapes: Sequence[tuple[int, ...
         too_long = ", ".join(n for n, s in zip(names, shapes) if len(s) > _checks.MAX_RANK)
         raise ValueError(
             f"{op}: {too_long} has rank {len(shape)} (shapes {listing}); broadcasting"
-            f"{' and sharding' if whole else ''} leave {len(groups)} dimensions that cannot be "
-            f"merged, and the aclnn operator takes at most {_checks.MAX_RANK}"
+            f"{' and sharding leave' if whole else ' leaves'} {len(groups)} dimensions that "
+            f"cannot be merged, and the aclnn operator takes at most {_checks.MAX_RANK}"
         )
     return [tuple(size if has[k] else 1 for has, size, _ in groups) for k in range(len(shapes))]
 
