@@ -11,11 +11,11 @@ import argparse
 import sys
 import traceback
 
-from jax_aclnn._cli import PROG, Parser, UsageError, add_debug_argument, debugging, require_cli_packages
+from jax_aclnn.cli.common import PROG, Parser, UsageError, add_debug_argument, debugging, require_cli_packages
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from jax_aclnn import bench, info, train
+    from jax_aclnn.cli import bench, info, train
 
     parser = Parser(prog=PROG, description="Ascend CANN aclnn backward operators as differentiable JAX operations.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{train,bench,info}")

@@ -24,7 +24,7 @@ Operators whose result depends on global sizes (the ``"mean"`` of
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 from jax.experimental.custom_partitioning import custom_partitioning
@@ -32,8 +32,9 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from jax_aclnn import _compat
 
-if TYPE_CHECKING:
-    from jax_aclnn._primitive import AclnnPrimitive
+#: An operator: a :class:`jax_aclnn._primitive.AclnnPrimitive` (which
+#: imports this module, so it is not imported here).
+Operator = Any
 
 #: Factors of one array: a name per dimension, None for a dimension that is
 #: never sharded (a broadcast size-1 dimension, a zero-sized placeholder).
@@ -92,7 +93,7 @@ def spec_entries(factors: Factors, axes: dict[str, tuple[str, ...]]) -> list[Any
     return [None if not e else e[0] if len(e) == 1 else e for e in entries]
 
 
-def typed(op: AclnnPrimitive, out_avals: Sequence[Any], in_avals: Sequence[Any],
+def typed(op: Operator, out_avals: Sequence[Any], in_avals: Sequence[Any],
           **params: Any) -> list[Any]:
     """``op``'s result avals with the sharding their factors have in the
     operands (an operand dimension that broadcasts gives none; batch norm's
@@ -104,7 +105,7 @@ def typed(op: AclnnPrimitive, out_avals: Sequence[Any], in_avals: Sequence[Any],
             for o, fs in zip(out_avals, out_factors)]
 
 
-def partitioned(op: AclnnPrimitive, in_avals: Sequence[Any], out_avals: Sequence[Any],
+def partitioned(op: Operator, in_avals: Sequence[Any], out_avals: Sequence[Any],
                 params: dict[str, Any]):
     """``op``'s custom call as a ``custom_partitioning`` function of its operands."""
     in_factors, out_factors = op.factors(in_avals, out_avals, **params)

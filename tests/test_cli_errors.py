@@ -56,7 +56,7 @@ def test_unreadable_file(capsys, tmp_path, monkeypatch):
     def refuse(*args, **kwargs):  # chmod 000 does not stop root, who runs CI
         raise PermissionError(13, "Permission denied", csv)
 
-    monkeypatch.setattr("jax_aclnn._csv_data.open", refuse, raising=False)
+    monkeypatch.setattr("jax_aclnn.cli.csv_data.open", refuse, raising=False)
     assert "permission denied; make the file readable" in error_of(
         capsys, "train", "--data", csv, "--target", "y")
 
