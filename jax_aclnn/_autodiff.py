@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 from jax.core import ShapedArray
 
-from jax_aclnn import _batching, _compat, _switches
+from jax_aclnn import _batching, _compat, _sharding, _switches
 
 #: An operator: a :class:`jax_aclnn._primitive.AclnnPrimitive` (which
 #: imports this module, so it is not imported here).
@@ -110,7 +110,16 @@ class Transposed:
                                            linear_dtype, **params)
 
     def _abstract_eval(self, *avals, num_cts, linear_shape, linear_dtype, **params):
-        return _compat.with_varying_axes(ShapedArray(linear_shape, linear_dtype), avals)
+        # Sharded as the operator's incoming gradient: by the operator's
+        # factors, from its results (the cotangents) and its other operands.
+        op = self.op
+        cts, others = avals[:num_cts], avals[num_cts:]
+        lin = ShapedArray(linear_shape, linear_dtype)
+        in_factors, out_factors = op.factors(op.with_linear(lin, others), cts, **params)
+        lin_factors = in_factors.pop(op.linear_operand)
+        axes = _sharding.factor_axes([*out_factors, *in_factors],
+                                     [getattr(a, "sharding", None) for a in (*cts, *others)])
+        return _compat.with_operand_types(lin, avals, _sharding.spec_entries(lin_factors, axes))
 
     def _jvp(self, primals, tangents, *, num_cts, **params):
         bind = lambda *a: self.primitive.bind(*a, num_cts=num_cts, **params)  # noqa: E731

@@ -8,46 +8,46 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax.numpy as jnp
-import numpy as np
 
 from jax_aclnn import _checks, _compat
 
 
-def merged_shapes(op: str, names: Sequence[str],
-                  shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, ...]]:
+def merged_shapes(op: str, names: Sequence[str], shapes: Sequence[tuple[int, ...]],
+                  whole: frozenset[int] = frozenset()) -> list[tuple[int, ...]]:
     """Shapes of broadcasting operands with as few dimensions as broadcasting allows.
 
     Dimensions of size 1 in the broadcast shape are dropped, and a run of
     adjacent dimensions merges into one where every operand either has all
-    of them or broadcasts along all of them (size 1). Every operand gets the
-    merged rank; reshaped to these shapes, the operands broadcast to the
-    merged broadcast shape, whose elements are those of the original one in
-    the same (row-major) order.
+    of them or broadcasts along all of them (size 1); a dimension in
+    ``whole`` (indices into the broadcast shape: the sharded ones) merges
+    with none. Every operand gets the merged rank; reshaped to these shapes,
+    the operands broadcast to the merged broadcast shape, whose elements are
+    those of the original one in the same (row-major) order.
 
     Raises:
       ValueError: more than 8 dimensions remain (aclnn's rank limit), naming
         ``op`` and the operands' shapes.
     """
-    shape = tuple(np.broadcast_shapes(*shapes))
+    shape = tuple(jnp.broadcast_shapes(*shapes))
     padded = [(1,) * (len(shape) - len(s)) + tuple(s) for s in shapes]
-    groups: list[tuple[tuple[bool, ...], int]] = []  # (which operands have it, size)
+    groups: list[tuple[tuple[bool, ...], int, bool]] = []  # (which operands have it, size, whole)
     for i, n in enumerate(shape):
-        if n == 1:
+        if n == 1 and i not in whole:
             continue
         has = tuple(p[i] != 1 for p in padded)
-        if groups and groups[-1][0] == has:
-            groups[-1] = (has, groups[-1][1] * n)
+        if groups and groups[-1][0] == has and not groups[-1][2] and i not in whole:
+            groups[-1] = (has, groups[-1][1] * n, False)
         else:
-            groups.append((has, n))
+            groups.append((has, n, i in whole))
     if len(groups) > _checks.MAX_RANK:
         listing = ", ".join(f"{n}{tuple(s)}" for n, s in zip(names, shapes))
         too_long = ", ".join(n for n, s in zip(names, shapes) if len(s) > _checks.MAX_RANK)
         raise ValueError(
-            f"{op}: with vmap's batch axis {too_long} has rank {len(shape)} (shapes "
-            f"{listing}); broadcasting leaves {len(groups)} dimensions that cannot be merged, "
-            f"and the aclnn operator takes at most {_checks.MAX_RANK}"
+            f"{op}: {too_long} has rank {len(shape)} (shapes {listing}); broadcasting"
+            f"{' and sharding leave' if whole else ' leaves'} {len(groups)} dimensions that "
+            f"cannot be merged, and the aclnn operator takes at most {_checks.MAX_RANK}"
         )
-    return [tuple(size if has[k] else 1 for has, size in groups) for k in range(len(shapes))]
+    return [tuple(size if has[k] else 1 for has, size, _ in groups) for k in range(len(shapes))]
 
 
 def batch_size(args: Sequence[Any], dims: Sequence[Any]) -> int:

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 SUPPORTED_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
+#: aclnn's rank limit: operators merge dimensions past it (_primitive.merged_shapes).
 MAX_RANK = 8
 
 
@@ -31,7 +32,7 @@ def _is_weak(value: Any) -> bool:
 
 
 def float_arrays(op: str, **args: Any) -> list[jax.Array]:
-    """Converts each argument to a JAX array and checks its dtype and rank.
+    """Converts each argument to a JAX array and checks its dtype.
 
     All array arguments must share one supported dtype. Weakly typed values
     (Python scalars, weakly typed JAX arrays) take that dtype, as they do in
@@ -39,9 +40,12 @@ def float_arrays(op: str, **args: Any) -> list[jax.Array]:
     weakly typed.
 
     Raises:
-      TypeError: an argument has an unsupported dtype, or the dtypes differ.
-      ValueError: an argument has rank above 8.
+      TypeError: an argument is None or not an array, has an unsupported
+        dtype, or the dtypes differ.
     """
+    for name, value in args.items():
+        if value is None:
+            raise TypeError(f"{op}: {name} must be an array, got None")
     weak = {name: _is_weak(value) for name, value in args.items()}
     dtypes = {}
     for name, value in args.items():
@@ -65,10 +69,7 @@ def float_arrays(op: str, **args: Any) -> list[jax.Array]:
     common = next(iter(dtypes.values()), SUPPORTED_DTYPES[0])
     arrays = []
     for name, value in args.items():
-        a = jnp.asarray(value, common) if weak[name] else jnp.asarray(value)
-        if a.ndim > MAX_RANK:
-            raise ValueError(f"{op}: {name} has rank {a.ndim} (shape {a.shape}); at most 8")
-        arrays.append(a)
+        arrays.append(jnp.asarray(value, common) if weak[name] else jnp.asarray(value))
     return arrays
 
 
@@ -79,7 +80,7 @@ def _listing(names: Sequence[str], arrays: Sequence[jax.Array]) -> str:
 def broadcast_shape(op: str, names: Sequence[str], arrays: Sequence[jax.Array]) -> tuple[int, ...]:
     """The numpy broadcast shape of the arrays; ValueError naming them if none."""
     try:
-        return tuple(np.broadcast_shapes(*(a.shape for a in arrays)))
+        return tuple(jnp.broadcast_shapes(*(a.shape for a in arrays)))
     except ValueError:
         raise ValueError(
             f"{op}: shapes do not broadcast together: {_listing(names, arrays)}"
@@ -116,6 +117,23 @@ def real_number(op: str, name: str, value: Any) -> float:
     ):
         raise TypeError(f"{op}: {name} must be a real number, got {value!r}")
     return float(value)
+
+
+def float32_number(op: str, name: str, value: Any) -> float:
+    """:func:`real_number` for an aclnn attribute of type float32: a finite
+    value beyond float32's range (such as ``1e40``) is a ValueError, not a
+    silent infinity; infinities and NaN pass as they are."""
+    value = real_number(op, name, value)
+    with np.errstate(over="raise"):
+        try:
+            np.float32(value)
+        except FloatingPointError:
+            limit = float(np.finfo(np.float32).max)
+            raise ValueError(
+                f"{op}: {name}={value!r} is beyond float32's range (the aclnn operator "
+                f"takes {name} as float32, finite up to {limit:.7g} in magnitude)"
+            ) from None
+    return value
 
 
 def flag(op: str, name: str, value: Any) -> bool:

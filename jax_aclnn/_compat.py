@@ -49,7 +49,15 @@ not_mapped = None
 primitive_batchers = batching.primitive_batchers
 register_lowering = mlir.register_lowering
 lower_fun = mlir.lower_fun
-lower_per_platform = mlir.lower_per_platform
+
+
+def lower_per_platform(ctx: Any, *args: Any, **kwargs: Any) -> Any:
+    """``mlir.lower_per_platform`` (jax 0.8.1 to 0.10). Its multi-platform
+    branch (``jax.export`` for several platforms) concatenates a list with
+    ``ctx.avals_out``, which JAX hands an uncacheable lowering rule as a
+    tuple: give it a list."""
+    return mlir.lower_per_platform(ctx.replace(avals_out=list(ctx.avals_out)), *args, **kwargs)
+
 
 # Autodiff rules of primitives (jax 0.8.1 to 0.10: jax._src.interpreters.ad).
 primitive_jvps = ad.primitive_jvps
@@ -110,15 +118,32 @@ def match_varying_axes(args: Sequence[Any]) -> list[Any]:
     return list(_insert_varying_casts(*args))
 
 
-def with_varying_axes(out: Any, in_avals: Sequence[Any]) -> Any:
-    """The output aval ``out`` varying over the manual axes of ``in_avals``."""
+def with_operand_types(out: Any, in_avals: Sequence[Any], spec: Sequence[Any]) -> Any:
+    """The output aval ``out`` on the mesh of ``in_avals``, sharded as
+    ``spec`` (a PartitionSpec entry per dimension: the mesh axes of the
+    operand dimensions it comes from; explicit axes only, as ``jax.typeof``
+    shows them) and varying over the manual axes of ``in_avals``."""
     vma = frozenset().union(*(_aval_varying_axes(a) for a in in_avals))
-    if not vma:
+    meshes = [a.sharding.mesh for a in in_avals
+              if getattr(a, "sharding", None) is not None and not a.sharding.mesh.empty]
+    if not meshes and not vma:
         return out
-    sharding = _core.get_cur_mesh_sharding()
+    if meshes:
+        sharding = jax.sharding.NamedSharding(meshes[0], jax.sharding.PartitionSpec(*spec))
+    else:
+        sharding = _core.get_cur_mesh_sharding()
     if hasattr(_core, "ManualAxisType"):  # jax >= 0.10
         return out.update(sharding=sharding, manual_axis_type=_core.ManualAxisType(varying=vma))
     return out.update(sharding=sharding, vma=vma)  # jax 0.8, 0.9
+
+
+def sharded_dims(x: Any) -> frozenset[int]:
+    """The dimensions of ``x`` that its type shards (explicit mesh axes,
+    jax >= 0.8.1: ``jax.typeof(x).sharding``); a reshape merging one of them
+    with another dimension is a ShardingTypeError."""
+    sharding = getattr(jax.typeof(x), "sharding", None)
+    spec = tuple(sharding.spec) if sharding is not None else ()
+    return frozenset(i for i, entry in enumerate(spec) if entry is not None)
 
 
 def register_cpu_ffi_type(name: str, registration: dict[str, Any]) -> None:
@@ -190,6 +215,7 @@ __all__ = [
     "register_lowering",
     "register_lowering_per_use",
     "require_devices_during_lowering",
+    "sharded_dims",
     "spmd_partitioned",
-    "with_varying_axes",
+    "with_operand_types",
 ]

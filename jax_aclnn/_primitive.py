@@ -22,7 +22,6 @@ from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.core import ShapedArray
 
 from jax_aclnn import _autodiff, _batching, _checks, _compat, _registration, _sharding, _switches
@@ -158,26 +157,31 @@ class AclnnPrimitive:
     def bind(self, *args: Any, **params: Any) -> Any:
         if _switches.reference_forced(self.name):
             return self.reference(*args, **params)
+        if max(jnp.ndim(a) for a in args) > _checks.MAX_RANK:
+            return self.bind_merged(args, **params)
         return self.primitive.bind(*_compat.match_varying_axes(args), **params)
 
-    def bind_batched(self, operands: Sequence[Any], **params: Any) -> Any:
-        """Binds an element-wise operator (one result of the operands'
-        broadcast shape) to operands that vmap's batch axis may have taken
-        past aclnn's rank limit: then the call runs on the operands with
-        their dimensions merged (:func:`jax_aclnn._batching.merged_shapes`)
-        and the result gets the broadcast shape back."""
-        shape = tuple(np.broadcast_shapes(*(a.shape for a in operands)))
-        if len(shape) <= _checks.MAX_RANK:
-            return self.bind(*operands, **params)
-        shapes = _batching.merged_shapes(self.name, self.operand_names, [a.shape for a in operands])
+    def bind_merged(self, operands: Sequence[Any], **params: Any) -> Any:
+        """Binds the operator to operands past aclnn's rank limit (of any
+        rank, or taken past it by vmap's batch axis): the call runs on the
+        operands with their dimensions merged
+        (:func:`jax_aclnn._batching.merged_shapes`; a dimension sharded by an
+        operand's type stays whole) and the result gets its shape back.
+        Default, for an element-wise operator with one result of the
+        operands' broadcast shape."""
+        shape = tuple(jnp.broadcast_shapes(*(a.shape for a in operands)))
+        sharded = frozenset().union(*(
+            {i + len(shape) - jnp.ndim(a) for i in _compat.sharded_dims(a)} for a in operands))
+        shapes = _batching.merged_shapes(self.name, self.operand_names,
+                                         [a.shape for a in operands], sharded)
         merged = [jnp.reshape(a, s) for a, s in zip(operands, shapes)]
         return jnp.reshape(self.bind(*merged, **params), shape)
 
     def _abstract_eval(self, *avals: ShapedArray, **params: Any) -> Any:
         out = self.abstract_eval(*avals, **params)
-        if self.multiple_results:
-            return [_compat.with_varying_axes(o, avals) for o in out]
-        return _compat.with_varying_axes(out, avals)
+        typed = _sharding.typed(self, list(out) if self.multiple_results else [out], avals,
+                                **params)
+        return typed if self.multiple_results else typed[0]
 
     def ffi_call(self, *args: Any, alias: bool = False, **params: Any) -> list[Any]:
         """The typed-FFI custom call of this operator (a list of results);

@@ -30,6 +30,8 @@ import jax
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding, PartitionSpec
 
+from jax_aclnn import _compat
+
 #: An operator: a :class:`jax_aclnn._primitive.AclnnPrimitive` (which
 #: imports this module, so it is not imported here).
 Operator = Any
@@ -85,6 +87,24 @@ def factor_axes(in_factors: Sequence[Factors], shardings: Sequence[Any]) -> dict
     return chosen
 
 
+def spec_entries(factors: Factors, axes: dict[str, tuple[str, ...]]) -> list[Any]:
+    """The PartitionSpec entries of an array with ``factors``, from :func:`factor_axes`."""
+    entries = [axes.get(f) if f else None for f in factors]
+    return [None if not e else e[0] if len(e) == 1 else e for e in entries]
+
+
+def typed(op: Operator, out_avals: Sequence[Any], in_avals: Sequence[Any],
+          **params: Any) -> list[Any]:
+    """``op``'s result avals with the sharding their factors have in the
+    operands (an operand dimension that broadcasts gives none; batch norm's
+    (C,) results are sharded as the channel dimension) and the operands'
+    varying manual axes."""
+    in_factors, out_factors = op.factors(in_avals, out_avals, **params)
+    axes = factor_axes(in_factors, [getattr(a, "sharding", None) for a in in_avals])
+    return [_compat.with_operand_types(o, in_avals, spec_entries(fs, axes))
+            for o, fs in zip(out_avals, out_factors)]
+
+
 def partitioned(op: Operator, in_avals: Sequence[Any], out_avals: Sequence[Any],
                 params: dict[str, Any]):
     """``op``'s custom call as a ``custom_partitioning`` function of its operands."""
@@ -99,9 +119,7 @@ def partitioned(op: Operator, in_avals: Sequence[Any], out_avals: Sequence[Any],
         axes = factor_axes(in_factors, [a.sharding for a in arg_shapes])
 
         def sharding(fs: Factors) -> NamedSharding:
-            entries = [axes.get(f) if f else None for f in fs]
-            return NamedSharding(mesh, PartitionSpec(*[
-                None if not e else e[0] if len(e) == 1 else e for e in entries]))
+            return NamedSharding(mesh, PartitionSpec(*spec_entries(fs, axes)))
 
         reduce_axes = tuple(a for f in reduced for a in axes.get(f, ()))
 

@@ -38,14 +38,15 @@ def test_shape_errors_name_arguments_and_shapes():
         aclnn.logit_grad(F, np.ones(3, np.float32))
     with pytest.raises(ValueError, match="same shape"):
         aclnn.swish_backward(F, np.ones((3, 2), np.float32))
-    with pytest.raises(ValueError, match="rank 9"):
-        aclnn.hardshrink_backward(np.ones((1,) * 9, np.float32), np.float32(1))
+    with pytest.raises(ValueError, match="rank 9 .* 9 dimensions that cannot be merged"):
+        aclnn.hardshrink_backward(np.ones((2, 1) * 4 + (2,), np.float32),
+                                  np.ones((1, 2) * 4 + (1,), np.float32))
 
 
 def test_batch_norm_reduce_shape_rules():
     x = np.ones((4, 3, 2), np.float32)
     c = np.ones(3, np.float32)
-    with pytest.raises(ValueError, match="rank 2 to 8"):
+    with pytest.raises(ValueError, match="rank >= 2"):
         aclnn.batch_norm_reduce_backward(c, c, c, c, c)
     with pytest.raises(ValueError, match=r"mean must have shape \(3,\)"):
         aclnn.batch_norm_reduce_backward(x, x, np.ones(4, np.float32), c, c)

@@ -12,7 +12,7 @@ import numpy as np
 from jax.core import ShapedArray
 
 from jax_aclnn import _checks, _compat
-from jax_aclnn._batching import batch_size
+from jax_aclnn._batching import batch_size, merged_shapes
 from jax_aclnn._compat import not_mapped
 from jax_aclnn._primitive import AclnnPrimitive
 
@@ -92,6 +92,21 @@ class BatchNormReduceBackward(AclnnPrimitive):
         return ([data, data] + [per_channel(a) for a in in_avals[2:]],
                 [per_channel(o) for o in out_avals])
 
+    def bind_merged(self, operands, **params):
+        # Past aclnn's rank limit: grad_out and input keep dims 0 and 1 (the
+        # channels), the dims after them merge (a sharded one stays whole).
+        g, x, *vectors = operands
+        sharded = frozenset(i - 2 for i in _compat.sharded_dims(g) | _compat.sharded_dims(x)
+                            if i >= 2)
+        (tail,) = merged_shapes(self.name, ("input",), [x.shape[2:]], sharded)
+        shape = tuple(x.shape[:2]) + tail
+        if len(shape) > _checks.MAX_RANK:
+            raise ValueError(
+                f"{self.name}: input of shape {x.shape} has {len(tail)} sharded dimensions "
+                f"after dim 1 that cannot be merged; the aclnn operator takes rank at most "
+                f"{_checks.MAX_RANK}")
+        return self.bind(g.reshape(shape), x.reshape(shape), *vectors, **params)
+
     def batch(self, args, dims, **params):
         # Fold the mapped axis into the channel axis: the example axis moves
         # next to the channels, (N, B, C, ...) -> (N, B*C, ...), so one call
@@ -155,8 +170,9 @@ def batch_norm_reduce_backward(
 
     Args:
       grad_out: gradient of the batch-norm output, shape ``(N, C, ...)``.
-      input: the batch-norm input, same shape as ``grad_out``, rank 2 to 8,
-        ``C >= 1``.
+      input: the batch-norm input, same shape as ``grad_out``, rank >= 2,
+        ``C >= 1`` (past rank 8, aclnn's limit, the dims after dim 1 are merged
+        for the call).
       mean: the per-channel mean used in the forward, shape ``(C,)``.
       invstd: the per-channel ``1 / sqrt(var + eps)``, shape ``(C,)``.
       weight: the scale, shape ``(C,)``, or None (ones).
@@ -188,7 +204,7 @@ def batch_norm_reduce_backward(
     arrays = _checks.float_arrays(op, **tensors)
     g, x, m, s = arrays[:4]
     if x.ndim < 2:
-        raise ValueError(f"{op}: input must have rank 2 to 8, got shape {x.shape}")
+        raise ValueError(f"{op}: input must have rank >= 2, got shape {x.shape}")
     _checks.same_shape(op, ("grad_out", "input"), (g, x))
     channels = x.shape[1]
     if channels < 1:
@@ -235,7 +251,9 @@ def batch_norm(
     Statistics run over every axis except ``channel_axis`` (biased variance):
     ``y = (x - mean) / sqrt(var + eps) * weight + bias``. Any channel axis
     works without transposes: the backward views ``x`` as ``(outer, C,
-    inner)``, which puts the channel at dim 1 for the aclnn operator. With
+    inner)``, which puts the channel at dim 1 for the aclnn operator (under
+    explicit sharding, where that view would merge a sharded dimension with
+    another, it moves the channel axis to dim 1 instead). Any rank works. With
     ``axis_name`` the statistics and the backward sums run across that
     mapped axis too (synchronized batch norm under ``shard_map``/``pmap``,
     as PyTorch's SyncBatchNorm: ``sum_dy`` and ``sum_dy_xmu`` are
@@ -361,9 +379,7 @@ def _batch_norm_jvp(axis, eps, axis_name, primals, tangents):
     tx, tw, tb = tangents
     out, mean, invstd, count = _batch_norm_forward(x, weight, bias, axis, eps, axis_name)
     dtype = x.dtype
-    outer = math.prod(x.shape[:axis])
-    inner = math.prod(x.shape[axis + 1 :])
-    as3 = lambda a: a.reshape(outer, x.shape[axis], inner)  # noqa: E731
+    as3, back = _channel_view(x, axis)
     x3 = as3(x)
     # The statistics, the weight and so the sums stay float32 for
     # half-precision x (the operator's outputs take mean's dtype).
@@ -382,6 +398,23 @@ def _batch_norm_jvp(axis, eps, axis_name, primals, tangents):
         cts, [x3, mean, invstd, none if w32 is None else w32], ShapedArray(x3.shape, dtype),
         has_weight=weight is not None, input_g=True, weight_g=weight is not None,
         bias_g=bias is not None)
-    ty = as3(tx).astype(jnp.float32) * scale.reshape(1, -1, 1) + rest.astype(jnp.float32)
+    ty = as3(tx).astype(jnp.float32) * _channel(scale, x3.ndim, 1) + rest.astype(jnp.float32)
     zero = jnp.zeros_like(out[1])
-    return out, (ty.astype(dtype).reshape(x.shape), zero, zero)
+    return out, (back(ty.astype(dtype)), zero, zero)
+
+
+def _channel_view(x, axis):
+    """Functions viewing arrays shaped like ``x`` with the channel ``axis``
+    at dim 1, as aclnnBatchNormReduceBackward takes them, and back.
+
+    A reshape to ``(outer, C, inner)`` (free), unless it would merge a
+    dimension sharded by ``x``'s type (explicit sharding) with another: then
+    the channel axis moves to dim 1 (a transpose) and the dimensions keep
+    their sharding.
+    """
+    sharded = _compat.sharded_dims(x)
+    merges = lambda dims: len(dims) > 1 and bool(sharded & set(dims))  # noqa: E731
+    if merges(range(axis)) or merges(range(axis + 1, x.ndim)):
+        return (lambda a: jnp.moveaxis(a, axis, 1)), (lambda a: jnp.moveaxis(a, 1, axis))
+    shape3 = (math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:]))
+    return (lambda a: a.reshape(shape3)), (lambda a: a.reshape(x.shape))

@@ -33,15 +33,15 @@ class HardshrinkBackward(AclnnPrimitive):
     attributes = {"lambd": np.float32}
 
     def abstract_eval(self, g, x, *, lambd):
-        return ShapedArray(np.broadcast_shapes(g.shape, x.shape), x.dtype)
+        return ShapedArray(jnp.broadcast_shapes(g.shape, x.shape), x.dtype)
 
     def reference(self, g, x, *, lambd):
-        shape = np.broadcast_shapes(g.shape, x.shape)
+        shape = jnp.broadcast_shapes(g.shape, x.shape)
         out = jnp.where(shrunk(x, lambd), jnp.zeros((), x.dtype), g.astype(x.dtype))
         return jnp.broadcast_to(out, shape)
 
     def batch(self, args, dims, *, lambd):
-        return self.bind_batched(batch_broadcasting(args, dims), lambd=lambd), 0
+        return self.bind(*batch_broadcasting(args, dims), lambd=lambd), 0
 
 
 _op = HardshrinkBackward()
@@ -69,12 +69,14 @@ def hardshrink_backward(grad_output: Any, input: Any, *, lambd: float = 0.5) -> 
     Raises:
       TypeError: a tensor is not float32/float16/bfloat16, dtypes differ, or
         ``lambd`` is not a static real number.
-      ValueError: shapes do not broadcast, or rank above 8.
+      ValueError: shapes do not broadcast, more than 8 dimensions that do not
+        merge (past rank 8, aclnn's limit, dimensions are merged for the
+        call), or ``lambd`` beyond float32's range.
     """
     op = _op.name
     g, x = _checks.float_arrays(op, grad_output=grad_output, input=input)
     _checks.broadcast_shape(op, ("grad_output", "input"), (g, x))
-    return _op.bind(g, x, lambd=_checks.real_number(op, "lambd", lambd))
+    return _op.bind(g, x, lambd=_checks.float32_number(op, "lambd", lambd))
 
 
 # --- the differentiable operator whose derivative runs it ----------
@@ -92,10 +94,11 @@ def hardshrink(x: Any, lambd: float = 0.5) -> jax.Array:
     ``aclnn.hardshrink(nn.Dense(64)(x), 0.1)``.
 
     Raises:
-      TypeError: unsupported dtype.
+      TypeError: unsupported dtype, ``x`` is None.
+      ValueError: ``lambd`` beyond float32's range (such as ``1e40``).
     """
     (xa,) = _checks.float_arrays("hardshrink", x=x)
-    return _hardshrink(xa, _checks.real_number("hardshrink", "lambd", lambd))
+    return _hardshrink(xa, _checks.float32_number("hardshrink", "lambd", lambd))
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(1,))

@@ -40,7 +40,7 @@ class LogitGrad(AclnnPrimitive):
         return out.astype(x.dtype)
 
     def batch(self, args, dims, *, eps):
-        return self.bind_batched(batch_same_shape(args, dims), eps=eps), 0
+        return self.bind(*batch_same_shape(args, dims), eps=eps), 0
 
 
 _op = LogitGrad()
@@ -68,7 +68,8 @@ def logit_grad(x: Any, dy: Any, *, eps: float = -1.0) -> jax.Array:
     Raises:
       TypeError: a tensor is not float32/float16/bfloat16, dtypes differ, or
         ``eps`` is not a static real number.
-      ValueError: ``x`` and ``dy`` differ in shape, or rank above 8.
+      ValueError: ``x`` and ``dy`` differ in shape (any rank: past rank 8,
+        aclnn's limit, dimensions are merged for the call).
     """
     op = _op.name
     xa, dya = _checks.float_arrays(op, x=x, dy=dy)
@@ -87,7 +88,7 @@ def logit(x: Any, eps: float | None = None) -> jax.Array:
     the tangent in forward mode. Transformations: all (:mod:`jax_aclnn.ops`).
 
     Raises:
-      TypeError: unsupported dtype.
+      TypeError: unsupported dtype, ``x`` is None.
     """
     (xa,) = _checks.float_arrays("logit", x=x)
     e = None if eps is None else _checks.real_number("logit", "eps", eps)

@@ -40,15 +40,15 @@ class SmoothL1LossBackward(AclnnPrimitive):
     attributes = {"reduction": np.int64, "beta": np.float32}
 
     def abstract_eval(self, g, x, y, *, reduction, beta):
-        return ShapedArray(np.broadcast_shapes(g.shape, x.shape, y.shape), x.dtype)
+        return ShapedArray(jnp.broadcast_shapes(g.shape, x.shape, y.shape), x.dtype)
 
     def reference(self, g, x, y, *, reduction, beta):
-        shape = np.broadcast_shapes(g.shape, x.shape, y.shape)
+        shape = jnp.broadcast_shapes(g.shape, x.shape, y.shape)
         d = x.astype(jnp.float32) - y.astype(jnp.float32)
         quadratic = d / beta if beta > 0 else jnp.zeros_like(d)
         dloss = jnp.where(jnp.abs(d) < beta, quadratic, jnp.sign(d))
         scale = 1.0 / max(x.size, 1) if reduction == REDUCTIONS["mean"] else 1.0
-        out = g.astype(jnp.float32) * np.float32(scale) * dloss
+        out = g.astype(jnp.float32) * jnp.asarray(scale, jnp.float32) * dloss  # symbolic sizes too
         return jnp.broadcast_to(out, shape).astype(x.dtype)
 
     def batch(self, args, dims, *, reduction, beta):
@@ -59,7 +59,7 @@ class SmoothL1LossBackward(AclnnPrimitive):
                 args[1].shape[dims[1]] if dims[1] is not not_mapped else 1
             )
             g = rescale_mean(g, x.size, per_example)
-        return self.bind_batched((g, x, y), reduction=reduction, beta=beta), 0
+        return self.bind(g, x, y, reduction=reduction, beta=beta), 0
 
     def local_call(self, args, global_avals, *, reduction, beta):
         g, x, y = args
@@ -117,14 +117,16 @@ def smooth_l1_loss_backward(
     Raises:
       TypeError: a tensor is not float32/float16/bfloat16, dtypes differ, or
         ``beta`` is not a static real number.
-      ValueError: shapes do not broadcast, rank above 8, ``beta < 0``, or an
+      ValueError: shapes do not broadcast, more than 8 dimensions that do not
+        merge (past rank 8, aclnn's limit, dimensions are merged for the
+        call), ``beta < 0`` or beyond float32's range, or an
         unknown ``reduction``.
     """
     op = _op.name
     g, x, y = _checks.float_arrays(op, grad_out=grad_out, input=input, target=target)
     _checks.broadcast_shape(op, ("grad_out", "input", "target"), (g, x, y))
     code = reduction_code(op, reduction)
-    beta = _checks.real_number(op, "beta", beta)
+    beta = _checks.float32_number(op, "beta", beta)
     if not beta >= 0:
         raise ValueError(f"{op}: beta must be >= 0, got {beta}")
     return _op.bind(g, x, y, reduction=code, beta=beta)
@@ -160,8 +162,9 @@ def smooth_l1_loss(
       The loss: a scalar for ``"mean"``/``"sum"``, else the broadcast shape.
 
     Raises:
-      TypeError: unsupported or differing dtypes.
-      ValueError: shapes do not broadcast, ``beta < 0``, unknown reduction.
+      TypeError: unsupported or differing dtypes, a tensor that is None.
+      ValueError: shapes do not broadcast, ``beta < 0`` or beyond float32's
+        range, unknown reduction.
 
     Transformations: all (:mod:`jax_aclnn.ops`). Reverse mode:
     aclnnSmoothL1LossBackward on the cotangent (a scalar for
@@ -171,7 +174,7 @@ def smooth_l1_loss(
     op = "smooth_l1_loss"
     x, y = _checks.float_arrays(op, input=input, target=target)
     _checks.broadcast_shape(op, ("input", "target"), (x, y))
-    beta = _checks.real_number(op, "beta", beta)
+    beta = _checks.float32_number(op, "beta", beta)
     if not beta >= 0:
         raise ValueError(f"{op}: beta must be >= 0, got {beta}")
     return _smooth_l1_loss(x, y, reduction_code(op, reduction), beta)
@@ -192,7 +195,7 @@ def _smooth_l1_loss(x, y, reduction, beta):
 @_smooth_l1_loss.defjvp
 def _smooth_l1_loss_jvp(reduction, beta, primals, tangents):
     x, y = primals
-    shape = np.broadcast_shapes(x.shape, y.shape)
+    shape = jnp.broadcast_shapes(x.shape, y.shape)
     # The kernel's "mean" divides by its input's size: give it the broadcast
     # input so that it matches the forward mean.
     xb = jnp.broadcast_to(x, shape)

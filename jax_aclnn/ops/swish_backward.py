@@ -35,7 +35,7 @@ class SwishBackward(AclnnPrimitive):
         return {"has_beta": beta is not None, "beta": beta or 0.0}
 
     def batch(self, args, dims, *, beta):
-        return self.bind_batched(batch_same_shape(args, dims), beta=beta), 0
+        return self.bind(*batch_same_shape(args, dims), beta=beta), 0
 
 
 _op = SwishBackward()
@@ -62,12 +62,13 @@ def swish_backward(grad_output: Any, input: Any, *, beta: float | None = 1.0) ->
     Raises:
       TypeError: a tensor is not float32/float16/bfloat16, dtypes differ, or
         ``beta`` is neither None nor a static real number.
-      ValueError: shapes differ, or rank above 8.
+      ValueError: shapes differ (any rank: past rank 8, aclnn's limit,
+        dimensions are merged for the call), or ``beta`` beyond float32's range.
     """
     op = _op.name
     g, x = _checks.float_arrays(op, grad_output=grad_output, input=input)
     _checks.same_shape(op, ("grad_output", "input"), (g, x))
-    b = None if beta is None else _checks.real_number(op, "beta", beta)
+    b = None if beta is None else _checks.float32_number(op, "beta", beta)
     return _op.bind(g, x, beta=b)
 
 
@@ -86,10 +87,11 @@ def swish(x: Any, beta: float = 1.0) -> jax.Array:
     ``aclnn.swish(self.linear(x))`` (nnx).
 
     Raises:
-      TypeError: unsupported dtype.
+      TypeError: unsupported dtype, ``x`` is None.
+      ValueError: ``beta`` beyond float32's range (such as ``1e40``).
     """
     (xa,) = _checks.float_arrays("swish", x=x)
-    return _swish(xa, _checks.real_number("swish", "beta", beta))
+    return _swish(xa, _checks.float32_number("swish", "beta", beta))
 
 
 def silu(x: Any) -> jax.Array:
