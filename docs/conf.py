@@ -1,0 +1,62 @@
+"""Sphinx configuration of the jax_aclnn documentation.
+
+Build: ``bash .ci/docs`` (or ``sphinx-build -W --keep-going -n -b html docs build/docs``
+with the package and its ``docs`` extra installed). The API reference is generated
+by autodoc from the installed package's docstrings; nothing is fetched from the
+network (no remote intersphinx inventories).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import jax_aclnn
+
+DOCS = Path(__file__).resolve().parent
+sys.path.insert(0, str(DOCS / "_ext"))
+
+project = "jax_aclnn"
+release = version = jax_aclnn.__version__
+copyright = "the jax_aclnn authors"  # noqa: A001 - Sphinx's name
+
+extensions = [
+    "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
+    "myst_parser",
+    "layout",  # docs/_ext/layout.py: the generated "Layout" table
+]
+
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+exclude_patterns = ["_build"]
+html_theme = "furo"
+html_title = f"jax_aclnn {release}"
+
+# Headings get anchors for [text](page.md#anchor) links between pages.
+myst_heading_anchors = 3
+myst_enable_extensions = ["colon_fence"]
+
+# Docstrings are Google style (Args/Returns/Raises).
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+autodoc_member_order = "bysource"
+autodoc_typehints = "signature"
+# The public functions take ``Any`` (whatever jnp.asarray accepts): show the
+# hints as written, without resolving them through JAX's private aliases.
+autodoc_preserve_defaults = True
+# "Returns:" descriptions of the form "The loss: a scalar ..." are prose, not a
+# return type to cross-reference: napoleon then shows them inline.
+napoleon_use_rtype = False
+
+# Nitpicky (-n) checks every reference in the public docstrings. Without
+# network there is no inventory of these third-party projects; their names
+# in signatures and docstrings are listed here, nothing of jax_aclnn is.
+nitpicky = True
+nitpick_ignore_regex = [
+    # JAX's and Flax's names, also as resolved by autodoc from the annotations
+    # (e.g. jax.Array is jax.jaxlib._jax.Array at run time).
+    (r"py:(class|mod|func|obj)", r"(jax|jaxlib|flax)(\..*)?"),
+]
+nitpick_ignore = [
+    ("py:class", "os.PathLike"),
+]
