@@ -2,7 +2,8 @@
 
 Build: ``bash .ci/docs`` (or ``sphinx-build -W --keep-going -n -b html docs build/docs``
 with the package and its ``docs`` extra installed). The API reference is generated
-by autodoc from the installed package's docstrings; nothing is fetched from the
+by autodoc from the checkout's docstrings (the package must be installed,
+for its compiled files); nothing is fetched from the
 network (no remote intersphinx inventories).
 """
 
@@ -11,10 +12,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import jax_aclnn
-
 DOCS = Path(__file__).resolve().parent
+# The docstrings of this checkout (its compiled files come from the installed
+# copy, as when pytest runs from the repository root).
+sys.path.insert(0, str(DOCS.parent))
 sys.path.insert(0, str(DOCS / "_ext"))
+
+import jax_aclnn  # noqa: E402
 
 project = "jax_aclnn"
 release = version = jax_aclnn.__version__
