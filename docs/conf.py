@@ -9,8 +9,11 @@ network (no remote intersphinx inventories).
 
 from __future__ import annotations
 
+import inspect
 import sys
 from pathlib import Path
+
+from sphinx.util.inspect import stringify_signature
 
 DOCS = Path(__file__).resolve().parent
 # The docstrings of this checkout (its compiled files come from the installed
@@ -34,6 +37,8 @@ extensions = [
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 exclude_patterns = ["_build"]
 html_theme = "furo"
+# Text as written: option names such as --data stay two hyphens.
+smartquotes = False
 html_title = f"jax_aclnn {release}"
 
 # Headings get anchors for [text](page.md#anchor) links between pages.
@@ -44,9 +49,11 @@ myst_enable_extensions = ["colon_fence"]
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 autodoc_member_order = "bysource"
-autodoc_typehints = "signature"
-# The public functions take ``Any`` (whatever jnp.asarray accepts): show the
-# hints as written, without resolving them through JAX's private aliases.
+# Signatures as users call them, as in the docstrings' prose: the tensor
+# arguments are ``Any`` (whatever jnp.asarray accepts) and the Flax layers'
+# fields carry Flax's private type aliases; the docstrings give the dtypes
+# and shapes.
+autodoc_typehints = "none"
 autodoc_preserve_defaults = True
 # "Returns:" descriptions of the form "The loss: a scalar ..." are prose, not a
 # return type to cross-reference: napoleon then shows them inline.
@@ -64,3 +71,17 @@ nitpick_ignore_regex = [
 nitpick_ignore = [
     ("py:class", "os.PathLike"),
 ]
+
+
+def _constructor_signature(app, what, name, obj, options, signature, return_annotation):
+    """A class whose metaclass hides its constructor (Flax nnx modules show
+    ``(*args, **kwargs)``) gets its ``__init__``'s parameters, without hints."""
+    if what != "class" or signature != "(*args, **kwargs)":
+        return None
+    sig = inspect.signature(obj.__init__)
+    sig = sig.replace(parameters=list(sig.parameters.values())[1:])  # without self
+    return stringify_signature(sig, show_annotation=False), None
+
+
+def setup(app):
+    app.connect("autodoc-process-signature", _constructor_signature)

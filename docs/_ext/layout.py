@@ -24,7 +24,8 @@ ROLE = re.compile(r":[a-z:]+:`~?([^`]+)`")
 
 
 def description(path: Path) -> str:
-    """The first sentence of the file's own description, or ''."""
+    """The first sentence of the file's own description ('' if none; a
+    ``.cc`` file without one refers to its header)."""
     text = path.read_text(encoding="utf-8")
     if path.suffix == ".py":
         doc = ast.get_docstring(ast.parse(text)) or ""
@@ -36,7 +37,9 @@ def description(path: Path) -> str:
             lines.append(line[2:].strip())
         doc = " ".join(lines)
     doc = " ".join(doc.split("\n\n")[0].split())
-    first = re.split(r"(?<=[.:;])\s", doc, maxsplit=1)[0]
+    if not doc and path.suffix == ".cc" and path.with_suffix(".h").exists():
+        return f"Implements {path.with_suffix('.h').name}."
+    first = re.split(r"(?<=\.)\s", doc, maxsplit=1)[0]
     return ROLE.sub(r"\1", first).replace("``", "")
 
 
