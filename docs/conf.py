@@ -64,12 +64,8 @@ napoleon_use_rtype = False
 # in signatures and docstrings are listed here, nothing of jax_aclnn is.
 nitpicky = True
 nitpick_ignore_regex = [
-    # JAX's and Flax's names, also as resolved by autodoc from the annotations
-    # (e.g. jax.Array is jax.jaxlib._jax.Array at run time).
-    (r"py:(class|mod|func|obj)", r"(jax|jaxlib|flax)(\..*)?"),
-]
-nitpick_ignore = [
-    ("py:class", "os.PathLike"),
+    # JAX's and Flax's own names (e.g. :func:`jax.export.export` in a docstring).
+    (r"py:(class|mod|func|obj|meth|attr|data)", r"(jax|jaxlib|flax|optax)(\..*)?"),
 ]
 
 
