@@ -60,12 +60,14 @@ autodoc_preserve_defaults = True
 napoleon_use_rtype = False
 
 # Nitpicky (-n) checks every reference in the public docstrings. Without
-# network there is no inventory of these third-party projects; their names
-# in signatures and docstrings are listed here, nothing of jax_aclnn is.
+# network there is no inventory of these third-party projects or of Python's
+# standard library: their names are exempt, nothing of jax_aclnn is.
 nitpicky = True
+_NO_INVENTORY = ["jax", "jaxlib", "flax", "optax", *sorted(sys.stdlib_module_names)]
 nitpick_ignore_regex = [
-    # JAX's and Flax's own names (e.g. :func:`jax.export.export` in a docstring).
-    (r"py:(class|mod|func|obj|meth|attr|data)", r"(jax|jaxlib|flax|optax)(\..*)?"),
+    # JAX's, Flax's, optax's and the standard library's own names (e.g.
+    # :func:`jax.export.export`, :mod:`contextvars` in a docstring).
+    (r"py:(class|mod|func|obj|meth|attr|data|exc)", rf"({'|'.join(_NO_INVENTORY)})(\..*)?"),
 ]
 
 
