@@ -2,10 +2,8 @@
 of each one's own description (a Python module's docstring, a C++ file's
 leading ``//`` comment), generated at build time so that it cannot go stale.
 
-Options (each a space-separated list of paths relative to the repository root):
-
-* ``:roots:`` folders to walk (``*.py``, ``*.h``, ``*.cc``), in this order;
-* ``:exclude:`` file or folder names to leave out.
+Option ``:roots:``: the folders to walk for ``*.py``, ``*.h`` and ``*.cc``
+files, space-separated, relative to the repository root, in this order.
 """
 
 from __future__ import annotations
@@ -45,15 +43,14 @@ def description(path: Path) -> str:
 
 class ProjectLayout(Directive):
     has_content = False
-    option_spec = {"roots": directives.unchanged_required, "exclude": directives.unchanged}
+    option_spec = {"roots": directives.unchanged_required}
 
     def run(self):
-        exclude = set((self.options.get("exclude") or "").split())
         rows = []
         for root in self.options["roots"].split():
             for path in sorted((ROOT / root).rglob("*")):
                 rel = path.relative_to(ROOT)
-                if path.suffix not in SUFFIXES or exclude & set(rel.parts):
+                if path.suffix not in SUFFIXES:
                     continue
                 rows.append((str(rel), description(path)))
                 self.state.document.settings.env.note_dependency(str(path))
