@@ -1,7 +1,7 @@
 """jax_aclnn: Huawei Ascend CANN aclnn backward operators as differentiable JAX operations.
 
-Import as ``import jax_aclnn as aclnn``. The public API (the README's "API
-reference" lists each function with its formula; the docstrings are complete):
+Import as ``import jax_aclnn as aclnn``. The public API (the documentation's
+API reference, docs/api.rst, is generated from these docstrings):
 
 * the five aclnn backward operators: :func:`smooth_l1_loss_backward`,
   :func:`logit_grad`, :func:`hardshrink_backward`, :func:`swish_backward`,
