@@ -1,6 +1,6 @@
 """Batching helpers shared by the operators' batching rules (``vmap``):
-moving the batch axis in front, and merging dimensions when the batch axis
-takes an operand past aclnn's rank limit."""
+moving the batch axis in front; and merging dimensions of operands past
+aclnn's rank limit (of any rank, or taken past it by the batch axis)."""
 
 from __future__ import annotations
 
