@@ -44,14 +44,19 @@ aarch64_userland() {
 }
 
 aarch64_unmount() {
-  if mountpoint -q "$AARCH64_ROOT/proc" 2>/dev/null; then umount "$AARCH64_ROOT/proc"; fi
+  local fs
+  for fs in proc sys; do
+    if mountpoint -q "$AARCH64_ROOT/$fs" 2>/dev/null; then umount "$AARCH64_ROOT/$fs"; fi
+  done
 }
 
 # Runs a command in the userland, in a clean environment (the host's PIP_*
-# and paths stay out), with /proc mounted for its duration. Extra variables:
+# and paths stay out), with /proc and /sys mounted (jaxlib's cpuinfo reads
+# the CPU list there) until aarch64_unmount. Extra variables:
 # `in_aarch64 env VAR=value ... command`.
 in_aarch64() {
   mountpoint -q "$AARCH64_ROOT/proc" || mount -t proc proc "$AARCH64_ROOT/proc"
+  mountpoint -q "$AARCH64_ROOT/sys" || mount -t sysfs sysfs "$AARCH64_ROOT/sys"
   nice chroot "$AARCH64_ROOT" /usr/bin/env -i HOME=/root LANG=C.UTF-8 \
     PATH=/usr/local/bin:/usr/bin:/bin PIP_CERT=/etc/ssl/certs/ca-certificates.crt \
     PIP_DISABLE_PIP_VERSION_CHECK=1 "$@"
