@@ -109,8 +109,13 @@ def ensure_npu_registered() -> None:
     started first, so that the type is registered at once, before the
     targets. Without an NPU plugin the registrations are only queued in
     jaxlib, which is harmless.
+
+    Raises:
+      ValueError: ``$JAX_ACLNN_EXECUTOR_REUSE`` or ``$JAX_ACLNN_NPU_PLATFORM``
+        has a value jax_aclnn does not take.
     """
     global _npu_registered
+    executor_reuse_from_env()  # refuses a bad value, which import let pass
     with _npu_lock:
         if _npu_registered:
             return
@@ -162,7 +167,24 @@ def set_executor_reuse(enabled: bool) -> bool:
     return previous
 
 
-set_executor_reuse(os.environ.get(EXECUTOR_REUSE_ENV, "1") != "0")
+def executor_reuse_from_env() -> bool:
+    """Whether ``$JAX_ACLNN_EXECUTOR_REUSE`` turns executor reuse on: unset
+    or ``1`` on, ``0`` off.
+
+    Raises:
+      ValueError: any other value, naming the variable. Import takes such a
+        value as on (an import error would be a traceback even in
+        ``python -m jax_aclnn``, which checks first); the first lowering of
+        an operator raises this.
+    """
+    value = os.environ.get(EXECUTOR_REUSE_ENV, "1")
+    if value.strip() not in ("0", "1"):
+        raise ValueError(f"{EXECUTOR_REUSE_ENV}={value!r}: expected 1 (reuse executors, the "
+                         "default) or 0 (do not); set one of them, or unset it")
+    return value.strip() == "1"
+
+
+set_executor_reuse(os.environ.get(EXECUTOR_REUSE_ENV, "1").strip() != "0")
 
 
 def load_cann(path: str | os.PathLike[str] | None = None) -> str:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import jax
 
 from jax_aclnn import __version__, _ffi
+from jax_aclnn._cli import jax_devices
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -23,7 +24,7 @@ def collect() -> dict[str, object]:
         cann = f"found: {_ffi.load_cann()}"
     except RuntimeError as e:
         cann = f"not found ({e})"
-    platforms = sorted({d.platform for d in jax.devices()})
+    platforms = sorted({d.platform for d in jax_devices()})
     return {
         "jax_aclnn": __version__,
         "jax / jaxlib": f"{jax.__version__} / {jax.lib.__version__}",
