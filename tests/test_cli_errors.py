@@ -13,6 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 
@@ -188,6 +189,7 @@ def test_batch_larger_than_the_training_rows(capsys, tmp_path):
     (["info", "--verbose"], "unrecognized arguments: --verbose"),
 ])
 def test_bad_option_values(capsys, argv, message):
+    jax.devices()  # JAX's CPU backend started with conftest's 8 devices (--devices 64 asks for more)
     assert message in error_of(capsys, *argv)
 
 
