@@ -11,7 +11,7 @@ import argparse
 import sys
 import traceback
 
-from jax_aclnn._cli import (
+from jax_aclnn.cli.common import (
     PROG,
     Parser,
     UsageError,
@@ -23,7 +23,7 @@ from jax_aclnn._cli import (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from jax_aclnn import bench, info, train
+    from jax_aclnn.cli import bench, info, train
 
     parser = Parser(prog=PROG, description="Ascend CANN aclnn backward operators as differentiable JAX operations.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{train,bench,info}")

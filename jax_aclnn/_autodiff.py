@@ -9,7 +9,7 @@ operand (``AclnnPrimitive.linear_operand``). JAX differentiates it through
   operands and whose value is ``AclnnPrimitive.transpose_reference``. The
   transposed primitive's own transpose rule binds the operator again, so a
   linear map written with one of them turns into the other under
-  ``jax.grad``: the custom-JVP rules of :mod:`jax_aclnn.nn` write their
+  ``jax.grad``: the custom-JVP rules of :mod:`jax_aclnn.ops` write their
   tangent maps this way so that reverse mode runs exactly the aclnn call
   of the old custom-VJP backward. A self-adjoint element-wise operator
   whose incoming gradient has the result's shape is its own transpose (no
@@ -26,16 +26,17 @@ batching rule (``jax.linear_transpose``), so it stays one call per use.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 from jax.core import ShapedArray
 
-from jax_aclnn import _compat, _primitive
+from jax_aclnn import _batching, _compat, _switches
 
-if TYPE_CHECKING:
-    from jax_aclnn._primitive import AclnnPrimitive
+#: An operator: a :class:`jax_aclnn._primitive.AclnnPrimitive` (which
+#: imports this module, so it is not imported here).
+Operator = Any
 
 
 def sum_to_shape(x: jax.Array, shape: Sequence[int]) -> jax.Array:
@@ -79,7 +80,7 @@ class Transposed:
     ``linear_dtype``, the type of the incoming gradient it returns.
     """
 
-    def __init__(self, op: AclnnPrimitive) -> None:
+    def __init__(self, op: Operator) -> None:
         self.op = op
         p = _compat.Primitive(op.name + "_transpose")
         p.def_impl(lambda *args, **params: _compat.apply_primitive(p, *args, **params))
@@ -98,7 +99,7 @@ class Transposed:
         shape, dtype = tuple(linear_aval.shape), jnp.dtype(linear_aval.dtype)
         if op.self_adjoint and tuple(cts[0].shape) == shape:
             return op.bind(*op.with_linear(cts[0], others), **params)
-        if _primitive.reference_forced(op.name):
+        if _switches.reference_forced(op.name):
             return op.transpose_reference(cts, others, shape, dtype, **params)
         args = _compat.match_varying_axes([*cts, *others])
         return self.primitive.bind(*args, num_cts=len(cts), linear_shape=shape,
@@ -130,7 +131,7 @@ class Transposed:
     def _batch(self, args, dims, *, num_cts, linear_shape, linear_dtype, **params):
         # The transpose of the operator's batching rule: one call per use.
         op = self.op
-        size = _primitive.batch_size(args, dims)
+        size = _batching.batch_size(args, dims)
         cts = [jnp.broadcast_to(c, (size,) + c.shape) if d is _compat.not_mapped
                else jnp.moveaxis(c, d, 0) for c, d in zip(args[:num_cts], dims[:num_cts])]
         others, other_dims = args[num_cts:], dims[num_cts:]
@@ -145,7 +146,7 @@ class Transposed:
         return ct_g, 0
 
 
-def register(op: AclnnPrimitive) -> Transposed:
+def register(op: Operator) -> Transposed:
     """Registers ``op``'s JVP and transpose rules; returns its transposed primitive."""
     transposed = Transposed(op)
     lin = op.linear_operand

@@ -72,11 +72,23 @@ except AttributeError:  # jax 0.8, 0.9
     _insert_varying_casts = _core.standard_insert_pvary
 
 
-def _fix_psum_of_unmapped_values_under_vmap() -> None:
-    """jax 0.8 (fixed in 0.9): under ``vmap``, ``psum`` over ``shard_map``
-    axes only binds ``psum_invariant`` with an ``axis_index_groups`` it does
-    not take (TypeError), which synchronized ``batch_norm`` under ``vmap``
-    meets. The rule of jax 0.9 for that case: the same psum, per element."""
+_psum_batching_repaired = False
+
+
+def repair_psum_batching() -> None:
+    """Repairs a JAX bug of jax 0.8 (fixed in 0.9; a no-op on other releases):
+    under ``vmap``, ``psum`` over ``shard_map`` axes only binds
+    ``psum_invariant`` with an ``axis_index_groups`` it does not take
+    (TypeError), which synchronized ``batch_norm`` under ``vmap`` meets.
+
+    The repair installs jax 0.9's batching rule for that case (the same psum,
+    per element) in place of jax 0.8's, once per process; the other cases
+    keep jax 0.8's rule. :func:`jax_aclnn.batch_norm` calls it when given an
+    ``axis_name``, so a program that never synchronizes a batch norm runs
+    with JAX's own rule."""
+    global _psum_batching_repaired
+    if _psum_batching_repaired or _release(jax.__version__) >= (0, 9):
+        return
     from jax._src.lax import parallel
 
     psum = parallel.psum_invariant_p
@@ -88,11 +100,8 @@ def _fix_psum_of_unmapped_values_under_vmap() -> None:
             return psum.bind(*vals_in, axes=axes), dims_in if psum.multiple_results else dims_in[0]
         return rule(axis_data, vals_in, dims_in, axes)
 
-    batching.fancy_primitive_batchers[parallel.psum_invariant_p] = fixed
-
-
-if _release(jax.__version__) < (0, 9):  # jax 0.8
-    _fix_psum_of_unmapped_values_under_vmap()
+    batching.fancy_primitive_batchers[psum] = fixed
+    _psum_batching_repaired = True
 
 
 def match_varying_axes(args: Sequence[Any]) -> list[Any]:

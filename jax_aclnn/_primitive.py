@@ -8,16 +8,15 @@ Lowering: on the platforms with a jax_aclnn FFI handler (``"cpu"`` and the
 NPU platform) the primitive becomes one XLA typed-FFI custom call; on every
 other platform it lowers to its pure-JAX reference, so user code runs
 anywhere. ``JAX_ACLNN_REFERENCE`` forces the reference path when a call is
-traced: ``all`` (or ``1``), or a comma-separated list of operator names such
-as ``swish_backward,logit_grad``. When XLA partitions the program over
+traced (:mod:`jax_aclnn._switches`). When XLA partitions the program over
 several devices, the custom call is wrapped in ``custom_partitioning`` with
 the rules of :mod:`jax_aclnn._sharding`.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import partial
 from typing import Any, ClassVar
 
@@ -26,19 +25,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax.core import ShapedArray
 
-from jax_aclnn import _autodiff, _checks, _compat, _ffi, _sharding
-
-REFERENCE_ENV = "JAX_ACLNN_REFERENCE"
+from jax_aclnn import _autodiff, _batching, _checks, _compat, _registration, _sharding, _switches
 
 
-def reference_forced(name: str) -> bool:
-    """True when ``$JAX_ACLNN_REFERENCE`` selects the pure-JAX path for ``name``."""
-    value = os.environ.get(REFERENCE_ENV, "").strip().lower()
-    if value in ("", "0", "false", "no"):
-        return False
-    if value in ("1", "all", "true", "yes"):
-        return True
-    return name in {v.strip() for v in value.split(",")}
+#: The operators by name (``AclnnPrimitive.name``), in the order their
+#: modules define them; each operator adds itself when it is created.
+OPERATORS: dict[str, AclnnPrimitive] = {}
 
 
 class AclnnPrimitive:
@@ -46,15 +38,21 @@ class AclnnPrimitive:
 
     Subclasses set ``name`` (the JAX primitive and public function name),
     ``aclnn_name`` (the aclnn operator), ``operand_names`` (the public
-    argument names of the operands, for error messages) and implement
-    ``abstract_eval``, ``reference``, ``ffi_attributes`` and ``batch``;
-    ``factors``, ``local_call``, ``linear_operand``, ``self_adjoint`` and
-    ``transpose_reference`` when the element-wise defaults do not fit.
+    argument names of the operands, for error messages) and ``attributes``
+    (the custom call's attribute schema), and implement ``abstract_eval``,
+    ``reference`` and ``batch``; ``attribute_values``, ``factors``,
+    ``local_call``, ``linear_operand``, ``self_adjoint`` and
+    ``transpose_reference`` when the defaults do not fit.
     """
 
     name: ClassVar[str]
     aclnn_name: ClassVar[str]
     operand_names: ClassVar[tuple[str, ...]]
+    #: The custom call's attributes: each name the FFI handler decodes, with
+    #: its numpy scalar type (``np.bool_``, ``np.int64``, ``np.float32``,
+    #: ``np.float64``). The C++ attribute struct of the operator declares the
+    #: same (tests/test_build.py compares them).
+    attributes: ClassVar[dict[str, type]]
     multiple_results: ClassVar[bool] = False
     #: Operand dtypes CANN's operator refuses: on the NPU platform such
     #: operands are cast to float32 before the call, results cast back.
@@ -87,6 +85,7 @@ class AclnnPrimitive:
         _compat.require_devices_during_lowering(p)
         self.primitive = p
         self.transposed = _autodiff.register(self)
+        OPERATORS[self.name] = self
 
     # --- to implement -----------------------------------------------------
     def abstract_eval(self, *avals: ShapedArray, **params: Any) -> Any:
@@ -96,9 +95,10 @@ class AclnnPrimitive:
         """The pure-JAX definition (same arguments and results as the primitive)."""
         raise NotImplementedError
 
-    def ffi_attributes(self, **params: Any) -> dict[str, Any]:
-        """The custom call's attributes (numpy scalars of the handler's types)."""
-        raise NotImplementedError
+    def attribute_values(self, **params: Any) -> dict[str, Any]:
+        """The value of each of :attr:`attributes` from the primitive's
+        parameters. Default: the parameters of the same names."""
+        return {name: params[name] for name in self.attributes}
 
     def batch(self, args: Sequence[Any], dims: Sequence[Any], **params: Any) -> Any:
         raise NotImplementedError
@@ -137,6 +137,12 @@ class AclnnPrimitive:
         return _autodiff.sum_to_shape(out, shape).astype(dtype)
 
     # --- shared -------------------------------------------------------------
+    def ffi_attributes(self, **params: Any) -> dict[str, Any]:
+        """The custom call's attributes: :meth:`attribute_values` as the
+        numpy scalar types of :attr:`attributes`."""
+        values = self.attribute_values(**params)
+        return {name: kind(values[name]) for name, kind in self.attributes.items()}
+
     def with_linear(self, g: Any, others: Sequence[Any]) -> list[Any]:
         """The operands in order, from the incoming gradient and the others."""
         others = list(others)
@@ -150,7 +156,7 @@ class AclnnPrimitive:
         return self.transposed.bind(cts, others, linear_aval, **params)
 
     def bind(self, *args: Any, **params: Any) -> Any:
-        if reference_forced(self.name):
+        if _switches.reference_forced(self.name):
             return self.reference(*args, **params)
         return self.primitive.bind(*_compat.match_varying_axes(args), **params)
 
@@ -158,12 +164,12 @@ class AclnnPrimitive:
         """Binds an element-wise operator (one result of the operands'
         broadcast shape) to operands that vmap's batch axis may have taken
         past aclnn's rank limit: then the call runs on the operands with
-        their dimensions merged (:func:`merged_shapes`) and the result gets
-        the broadcast shape back."""
+        their dimensions merged (:func:`jax_aclnn._batching.merged_shapes`)
+        and the result gets the broadcast shape back."""
         shape = tuple(np.broadcast_shapes(*(a.shape for a in operands)))
         if len(shape) <= _checks.MAX_RANK:
             return self.bind(*operands, **params)
-        shapes = merged_shapes(self.name, self.operand_names, [a.shape for a in operands])
+        shapes = _batching.merged_shapes(self.name, self.operand_names, [a.shape for a in operands])
         merged = [jnp.reshape(a, s) for a, s in zip(operands, shapes)]
         return jnp.reshape(self.bind(*merged, **params), shape)
 
@@ -208,82 +214,49 @@ class AclnnPrimitive:
         return _compat.lower_fun(fn, multiple_results=True)(ctx, *args)
 
     def _lower(self, ctx: Any, *args: Any, **params: Any) -> Any:
-        _ffi.ensure_npu_registered()
+        _registration.ensure_npu_registered()
         rules = {platform: partial(self._lower_ffi, platform=platform)
-                 for platform in _ffi.handler_platforms()}
+                 for platform in _registration.handler_platforms()}
         reference = _compat.lower_fun(self.reference, multiple_results=self.multiple_results)
         return _compat.lower_per_platform(ctx, self.name, rules, reference, set(), *args, **params)
 
 
-# --- batching helpers shared by the element-wise operators ---------------
+@contextmanager
+def reference_path(ops: str | Iterable[str] = "all") -> Iterator[None]:
+    """Within the block, jax_aclnn operators traced run their pure-JAX
+    reference instead of the aclnn custom call (on every platform), as
+    ``JAX_ACLNN_REFERENCE`` does for the whole process; for debugging and
+    comparison::
 
+        with aclnn.reference_path():
+            compiled = jax.jit(jax.grad(loss)).lower(params, x, y).compile()
 
-def merged_shapes(op: str, names: Sequence[str],
-                  shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, ...]]:
-    """Shapes of broadcasting operands with as few dimensions as broadcasting allows.
+    It acts when a function is traced: a ``jax.jit`` function traced before
+    keeps its compiled program (trace it anew, e.g. with ``.lower``). The
+    setting belongs to the current thread (a :mod:`contextvars` context).
 
-    Dimensions of size 1 in the broadcast shape are dropped, and a run of
-    adjacent dimensions merges into one where every operand either has all
-    of them or broadcasts along all of them (size 1). Every operand gets the
-    merged rank; reshaped to these shapes, the operands broadcast to the
-    merged broadcast shape, whose elements are those of the original one in
-    the same (row-major) order.
+    Args:
+      ops: ``"all"``, or operator names (e.g. ``["swish_backward",
+        "logit_grad"]``; differentiable operators use the aclnn operator of
+        their derivative).
 
     Raises:
-      ValueError: more than 8 dimensions remain (aclnn's rank limit), naming
-        ``op`` and the operands' shapes.
+      TypeError: ``ops`` is neither a string nor an iterable of strings.
+      ValueError: a name is not one of jax_aclnn's aclnn operators.
     """
-    shape = tuple(np.broadcast_shapes(*shapes))
-    padded = [(1,) * (len(shape) - len(s)) + tuple(s) for s in shapes]
-    groups: list[tuple[tuple[bool, ...], int]] = []  # (which operands have it, size)
-    for i, n in enumerate(shape):
-        if n == 1:
-            continue
-        has = tuple(p[i] != 1 for p in padded)
-        if groups and groups[-1][0] == has:
-            groups[-1] = (has, groups[-1][1] * n)
-        else:
-            groups.append((has, n))
-    if len(groups) > _checks.MAX_RANK:
-        listing = ", ".join(f"{n}{tuple(s)}" for n, s in zip(names, shapes))
-        too_long = ", ".join(n for n, s in zip(names, shapes) if len(s) > _checks.MAX_RANK)
-        raise ValueError(
-            f"{op}: with vmap's batch axis {too_long} has rank {len(shape)} (shapes "
-            f"{listing}); broadcasting leaves {len(groups)} dimensions that cannot be merged, "
-            f"and the aclnn operator takes at most {_checks.MAX_RANK}"
-        )
-    return [tuple(size if has[k] else 1 for has, size in groups) for k in range(len(shapes))]
-
-
-def batch_size(args: Sequence[Any], dims: Sequence[Any]) -> int:
-    return next(a.shape[d] for a, d in zip(args, dims) if d is not _compat.not_mapped)
-
-
-def batch_broadcasting(args: Sequence[Any], dims: Sequence[Any]) -> list[Any]:
-    """Operands of a broadcasting operator with the batch axis in front.
-
-    Mapped operands get their batch axis moved to 0 and size-1 axes after it
-    up to the largest per-example rank, so that numpy broadcasting still
-    aligns the per-example axes; unmapped operands broadcast as they are.
-    The result has the batch axis at 0.
-    """
-    size = batch_size(args, dims)
-    rank = max(a.ndim - (d is not _compat.not_mapped) for a, d in zip(args, dims))
-    out = []
-    for a, d in zip(args, dims):
-        if d is not _compat.not_mapped:
-            a = jnp.moveaxis(a, d, 0)
-            a = a.reshape((size,) + (1,) * (rank - a.ndim + 1) + a.shape[1:])
-        out.append(a)
-    return out
-
-
-def batch_same_shape(args: Sequence[Any], dims: Sequence[Any]) -> list[Any]:
-    """Operands of a same-shape operator, all with the batch axis at 0."""
-    size = batch_size(args, dims)
-    return [
-        jnp.broadcast_to(a, (size,) + a.shape)
-        if d is _compat.not_mapped
-        else jnp.moveaxis(a, d, 0)
-        for a, d in zip(args, dims)
-    ]
+    names = [ops] if isinstance(ops, str) else ops
+    try:
+        names = frozenset(names)
+    except TypeError:
+        raise TypeError(f"reference_path: ops must be 'all' or operator names, got {ops!r}") from None
+    if not all(isinstance(n, str) for n in names):
+        raise TypeError(f"reference_path: ops must be 'all' or operator names, got {ops!r}")
+    unknown = sorted(names - set(OPERATORS) - {"all"})
+    if unknown:
+        raise ValueError(f"reference_path: unknown operator(s) {', '.join(map(repr, unknown))}; "
+                         f"expected 'all' or some of {', '.join(OPERATORS)}")
+    token = _switches.forced_in_context.set(_switches.forced_in_context.get() | names)
+    try:
+        yield
+    finally:
+        _switches.forced_in_context.reset(token)

@@ -24,14 +24,15 @@ Operators whose result depends on global sizes (the ``"mean"`` of
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding, PartitionSpec
 
-if TYPE_CHECKING:
-    from jax_aclnn._primitive import AclnnPrimitive
+#: An operator: a :class:`jax_aclnn._primitive.AclnnPrimitive` (which
+#: imports this module, so it is not imported here).
+Operator = Any
 
 #: Factors of one array: a name per dimension, None for a dimension that is
 #: never sharded (a broadcast size-1 dimension, a zero-sized placeholder).
@@ -84,7 +85,7 @@ def factor_axes(in_factors: Sequence[Factors], shardings: Sequence[Any]) -> dict
     return chosen
 
 
-def partitioned(op: AclnnPrimitive, in_avals: Sequence[Any], out_avals: Sequence[Any],
+def partitioned(op: Operator, in_avals: Sequence[Any], out_avals: Sequence[Any],
                 params: dict[str, Any]):
     """``op``'s custom call as a ``custom_partitioning`` function of its operands."""
     in_factors, out_factors = op.factors(in_avals, out_avals, **params)

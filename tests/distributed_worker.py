@@ -27,7 +27,7 @@ def train_steps(mesh, put_batch: Callable[[np.ndarray], object]) -> dict[str, np
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from jax_aclnn import train
+    from jax_aclnn.cli import train
 
     data = train.load_data(None, None, seed=0)
     optimizer = optax.adam(1e-2)
@@ -66,7 +66,7 @@ def main() -> None:
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from jax_aclnn import train
+    from jax_aclnn.cli import train
 
     devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
     mesh = Mesh(np.array(devices), (train.BATCH_AXIS,), axis_types=(jax.sharding.AxisType.Auto,))

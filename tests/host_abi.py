@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 import jax.numpy as jnp
 import numpy as np
 
-from jax_aclnn import _ffi
+from cases import OPERATORS
+from jax_aclnn import _loading
+from jax_aclnn.ops import primitive
 
 ACLNN_SUCCESS = 0
 ACLNN_ERR_PARAM_NULLPTR = 161001
@@ -41,14 +43,13 @@ _SIGNATURES = {
     "aclnnBatchNormReduceBackwardGetWorkspaceSize": (
         ctypes.c_int32, [_p] * 5 + [ctypes.c_bool] * 3 + [_p] * 4 + [_u64p, _p]),
 }
-for _op in ("SmoothL1LossBackward", "LogitGrad", "HardshrinkBackward", "SwishBackward",
-            "BatchNormReduceBackward"):
-    _SIGNATURES[f"aclnn{_op}"] = (ctypes.c_int32, [_p, ctypes.c_uint64, _p, _p])
+for _name in OPERATORS:  # aclnnXxx(workspace, size, executor, stream)
+    _SIGNATURES[primitive(_name).aclnn_name] = (ctypes.c_int32, [_p, ctypes.c_uint64, _p, _p])
 
 
 def load() -> ctypes.CDLL:
     """The host provider with the ABI's signatures set."""
-    lib = ctypes.CDLL(str(_ffi.HOST_PROVIDER_LIBRARY))
+    lib = ctypes.CDLL(str(_loading.HOST_PROVIDER_LIBRARY))
     for name, (restype, argtypes) in _SIGNATURES.items():
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, argtypes

@@ -16,8 +16,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import cases as table
 import jax_aclnn as aclnn
-from jax_aclnn import _ffi
+from jax_aclnn import _loading, _registration
 from jax_aclnn.ops import primitive
 
 try:
@@ -61,7 +62,7 @@ def make_cann_standin(root: Path) -> Path:
     names (one copy, so that it is a library of its own, not the CPU's)."""
     lib64 = root / "lib64"
     lib64.mkdir(parents=True)
-    shutil.copy(_ffi.HOST_PROVIDER_LIBRARY, lib64 / CANN_LIBRARIES[0])
+    shutil.copy(_loading.HOST_PROVIDER_LIBRARY, lib64 / CANN_LIBRARIES[0])
     for name in CANN_LIBRARIES[1:]:
         (lib64 / name).symlink_to(CANN_LIBRARIES[0])
     return root
@@ -88,8 +89,8 @@ def npu_handler(target: str):
     """The handler registered for the NPU platform, registered with the test
     runtime after its state type, as XLA requires."""
     if target not in _handlers:
-        type_id = rt.register_type(_ffi.STATE_TYPE_NAME, _ffi._aclnn_ffi.state_type())
-        handler = rt.Handler(_ffi._aclnn_ffi.registrations()[target]["npu"])
+        type_id = rt.register_type(_registration.STATE_TYPE_NAME, _loading._aclnn_ffi.state_type())
+        handler = rt.Handler(_loading._aclnn_ffi.registrations()[target]["npu"])
         assert handler.state_type_id == type_id  # what its instantiate stage declares
         _handlers[target] = handler
     return _handlers[target]
@@ -169,28 +170,15 @@ def live_counts() -> tuple[int, int]:
 
 
 def cases(name: str, dtype: str, rng: np.random.Generator):
-    """(primitive params, operands, the public function's call on the CPU)."""
-    u = lambda *shape: array(rng.uniform(-2, 2, shape), dtype)  # noqa: E731
-    if name == "smooth_l1_loss_backward":
-        for reduction, code, shapes in (("mean", 1, [(), (4, 6), (4, 6)]),
-                                        ("none", 0, [(4, 6), (4, 6), (1, 6)]),
-                                        ("sum", 2, [(), (3, 1, 5), (2, 5)])):
-            yield (dict(reduction=code, beta=0.5), [u(*s) for s in shapes],
-                   lambda g, x, y, r=reduction: aclnn.smooth_l1_loss_backward(
-                       g, x, y, reduction=r, beta=0.5))
-    elif name == "logit_grad":
-        x, dy = array(rng.uniform(0.02, 0.98, (5, 7)), dtype), u(5, 7)
-        for eps in (-1.0, 0.1):
-            yield dict(eps=eps), [x, dy], lambda x, dy, e=eps: aclnn.logit_grad(x, dy, eps=e)
-    elif name == "hardshrink_backward":
-        yield (dict(lambd=0.5), [u(6, 9), u(6, 9)],
-               lambda g, x: aclnn.hardshrink_backward(g, x, lambd=0.5))
-    elif name == "swish_backward":
-        for beta in (1.5, None):
-            yield (dict(beta=beta), [u(4, 8), u(4, 8)],
-                   lambda g, x, b=beta: aclnn.swish_backward(g, x, beta=b))
-    else:
+    """(primitive params, operands, the public function's call on the CPU):
+    the table's cases of the operator (tests/cases.py); for batch-norm
+    reduce, every mask combination with and without a weight."""
+    if name == "batch_norm_reduce_backward":
         yield from batch_norm_cases(dtype, rng, (6, 5, 7))
+        return
+    for case in table.of(name):
+        operands = [np.asarray(a) for a in case.operands(rng, dtype)]
+        yield case.primitive_params(*operands), operands, case.call
 
 
 def batch_norm_cases(dtype, rng, shape):

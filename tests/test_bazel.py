@@ -35,7 +35,7 @@ SCRIPT = """
 import json
 import jax.numpy as jnp, numpy as np
 import jax_aclnn
-from jax_aclnn import _ffi
+from jax_aclnn import _loading
 
 inputs = np.load("inputs.npz")
 results = {dtype: np.asarray(jax_aclnn.swish_backward(
@@ -43,9 +43,9 @@ results = {dtype: np.asarray(jax_aclnn.swish_backward(
 ).astype(jnp.float32)) for dtype in ("float32", "float16")}
 np.savez("results.npz", **results)
 print(json.dumps({
-    "extension": _ffi._aclnn_ffi.__file__,
-    "host_provider": str(_ffi.HOST_PROVIDER_LIBRARY),
-    "build_info": _ffi._aclnn_ffi.build_info(),
+    "extension": _loading._aclnn_ffi.__file__,
+    "host_provider": str(_loading.HOST_PROVIDER_LIBRARY),
+    "build_info": _loading._aclnn_ffi.build_info(),
     "stats": jax_aclnn.runtime_stats(),
 }))
 """
@@ -76,7 +76,7 @@ def bazel_package(tmp_path_factory) -> Iterator[Path]:
 
 
 def test_bazel_built_extension_runs_an_operator(bazel_package):
-    from jax_aclnn import _ffi  # this process's own build (CMake)
+    from jax_aclnn import _loading  # this process's own build (CMake)
 
     rng = np.random.default_rng(14)
     x = rng.uniform(-6, 6, 4099).astype(np.float16).astype(np.float64)
@@ -95,7 +95,7 @@ def test_bazel_built_extension_runs_an_operator(bazel_package):
     # The same Highway decision as CMake's on this machine.
     conversions = "host provider float16 conversions"
     assert [p for p in report["build_info"].split(", ") if p.startswith(conversions)] == \
-        [p for p in _ffi._aclnn_ffi.build_info().split(", ") if p.startswith(conversions)]
+        [p for p in _loading._aclnn_ffi.build_info().split(", ") if p.startswith(conversions)]
 
     s = 1 / (1 + np.exp(-beta * x))
     expected = g * (s + beta * x * s * (1 - s))

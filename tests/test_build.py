@@ -146,11 +146,11 @@ def test_compile_flags_agree(cmake_target, bazel_target, highway):
 
 
 def test_host_provider_exports_exactly_the_aclnn_abi():
-    from jax_aclnn import _ffi
+    from jax_aclnn import _loading
 
     abi = (ROOT / "csrc" / "aclnn_abi.h").read_text()
     declared = set(re.findall(r"X\([^,]+,\s*(acl\w+)", abi))
-    out = subprocess.run(["nm", "-D", "--defined-only", str(_ffi.HOST_PROVIDER_LIBRARY)],
+    out = subprocess.run(["nm", "-D", "--defined-only", str(_loading.HOST_PROVIDER_LIBRARY)],
                          capture_output=True, text=True, check=True).stdout
     exported = {line.split()[-1] for line in out.splitlines() if " T " in line}
     assert exported - TESTING_EXPORTS == declared | {"JaxAclnnHostKernelTarget"}  # host_stream.h
@@ -173,11 +173,11 @@ DISPATCHED = ("::x86_64_v3::", "::x86_64_v4::")
 def test_default_build_runs_on_any_x86_64_cpu_outside_the_dispatched_kernels():
     """The default build targets the x86-64 baseline; code beyond it lives
     only in the kernel copies that dispatch.cc picks when the CPU has it."""
-    from jax_aclnn import _ffi
+    from jax_aclnn import _loading, _runtime
 
-    if _ffi.host_kernel_target() == "native":
+    if _runtime.host_kernel_target() == "native":
         pytest.skip("a JAX_ACLNN_NATIVE_ARCH=ON build")
-    out = subprocess.run(["objdump", "-d", "-C", "--no-show-raw-insn", str(_ffi.HOST_PROVIDER_LIBRARY)],
+    out = subprocess.run(["objdump", "-d", "-C", "--no-show-raw-insn", str(_loading.HOST_PROVIDER_LIBRARY)],
                          capture_output=True, text=True, check=True).stdout
     beyond, function = set(), ""
     for line in out.splitlines():
@@ -193,9 +193,28 @@ def test_the_python_operators_are_those_of_the_cpp_operator_list():
     """csrc/operators.h is the one list; every Python operator names its
     function and aclnn operator as that list does."""
     import jax_aclnn  # noqa: F401  (defines the operators)
-    from jax_aclnn._ffi import _aclnn_ffi
+    from jax_aclnn._loading import _aclnn_ffi
     from jax_aclnn._primitive import AclnnPrimitive
 
     python = {op.name: op.aclnn_name for op in AclnnPrimitive.__subclasses__()}
     assert python == _aclnn_ffi.operators()
     assert set(_aclnn_ffi.registrations()) == {f"aclnn_{name}" for name in python}
+
+
+def test_the_attribute_schemas_are_those_of_the_cpp_attribute_structs():
+    """Each operator's attribute names and types are declared once per
+    language: ``AclnnPrimitive.attributes`` in Python, the operator's
+    attribute struct in C++ (exported as numpy dtype names by
+    ``_aclnn_ffi.operator_attributes()``); they must agree."""
+    import numpy as np
+
+    import jax_aclnn  # noqa: F401  (defines the operators)
+    from jax_aclnn._loading import _aclnn_ffi
+    from jax_aclnn._primitive import OPERATORS
+
+    if not hasattr(_aclnn_ffi, "operator_attributes"):
+        pytest.skip("this build of _aclnn_ffi does not export operator_attributes() "
+                    "(the C++ attribute structs of issue 20)")
+    python = {name: {k: np.dtype(t).name for k, t in op.attributes.items()}
+              for name, op in OPERATORS.items()}
+    assert python == _aclnn_ffi.operator_attributes()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import jax_aclnn as aclnn
-from jax_aclnn import _ffi
+from jax_aclnn import _loading, _runtime
 
 
 def test_missing_cann_names_every_location_and_library(tmp_path, monkeypatch):
@@ -20,17 +20,17 @@ def test_missing_cann_names_every_location_and_library(tmp_path, monkeypatch):
     msg = str(e.value)
     assert str(tmp_path / "empty" / "lib64") in msg and str(tmp_path / "empty" / "lib") in msg
     assert "libopapi.so" in msg and "libnnopbase.so" in msg and "libascendcl.so" in msg
-    assert _ffi.default_cann_roots()[0] == str(tmp_path / "nowhere")
-    assert _ffi.default_cann_roots()[-1] == "/usr/local/Ascend/ascend-toolkit/latest"
+    assert _runtime.default_cann_roots()[0] == str(tmp_path / "nowhere")
+    assert _runtime.default_cann_roots()[-1] == "/usr/local/Ascend/ascend-toolkit/latest"
 
 
 def test_operators_through_the_cann_loader(tmp_path):
     lib64 = tmp_path / "lib64"
     lib64.mkdir()
     for name in ("libopapi.so", "libnnopbase.so", "libascendcl.so"):
-        (lib64 / name).symlink_to(_ffi.HOST_PROVIDER_LIBRARY)
+        (lib64 / name).symlink_to(_loading.HOST_PROVIDER_LIBRARY)
     assert aclnn.load_cann(tmp_path) == str(lib64)
-    _ffi._aclnn_ffi.route_cpu_through_cann(True)
+    _loading._aclnn_ffi.route_cpu_through_cann(True)
     try:
         assert aclnn.runtime_stats()["provider"] == str(lib64)
         x = np.linspace(0.1, 0.9, 12, dtype=np.float32).reshape(3, 4)
@@ -39,7 +39,7 @@ def test_operators_through_the_cann_loader(tmp_path):
         sums = aclnn.batch_norm_reduce_backward(x, x, x[0, :1].repeat(4), np.ones(4, np.float32), None)
         np.testing.assert_allclose(np.asarray(sums[0]), x.sum(0), rtol=1e-6)
     finally:
-        _ffi._aclnn_ffi.route_cpu_through_cann(False)
+        _loading._aclnn_ffi.route_cpu_through_cann(False)
     assert aclnn.runtime_stats()["provider"] == "host"
 
 
@@ -88,7 +88,7 @@ def cann_layout(root):
     """A directory laid out like a CANN install, holding the host provider."""
     (root / "lib64").mkdir(parents=True)
     for name in ("libopapi.so", "libnnopbase.so", "libascendcl.so"):
-        (root / "lib64" / name).symlink_to(_ffi.HOST_PROVIDER_LIBRARY)
+        (root / "lib64" / name).symlink_to(_loading.HOST_PROVIDER_LIBRARY)
 
 
 @pytest.mark.parametrize("path", ["", ".", "relative", "lib64/.."])
@@ -101,12 +101,12 @@ def test_load_cann_refuses_relative_paths_before_opening_anything(tmp_path, monk
     with pytest.raises(ValueError, match="must be absolute"):
         aclnn.load_cann(path)
     with pytest.raises(ValueError, match="must be absolute"):
-        _ffi._aclnn_ffi.load_cann(path)  # the C++ loader checks it too
+        _loading._aclnn_ffi.load_cann(path)  # the C++ loader checks it too
 
 
 def test_load_cann_refuses_nul_bytes(tmp_path):
     cann_layout(tmp_path)
-    for loader in (aclnn.load_cann, _ffi._aclnn_ffi.load_cann):
+    for loader in (aclnn.load_cann, _loading._aclnn_ffi.load_cann):
         with pytest.raises(ValueError, match="NUL"):
             loader(f"{tmp_path}\0/ignored")
 

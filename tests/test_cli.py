@@ -93,7 +93,7 @@ def test_train_on_messy_wine_data(capsys, tmp_path):
 
 
 def test_csv_rules(tmp_path):
-    from jax_aclnn._csv_data import read_regression_csv
+    from jax_aclnn.cli.csv_data import read_regression_csv
 
     path = tmp_path / "rules.csv"
     path.write_text(
@@ -132,7 +132,7 @@ def test_info_shows_full_paths_when_not_a_terminal():
 def test_info_folds_long_values_in_a_terminal():
     from rich.console import Console
 
-    from jax_aclnn import info
+    from jax_aclnn.cli import info
 
     path = "/opt/" + "/".join(f"folder-{i}" for i in range(20)) + "/libaclnn_host.so"
     console = Console(file=io.StringIO(), width=60, force_terminal=True, color_system=None)
@@ -155,6 +155,19 @@ def test_bench_small_run_writes_its_results(tmp_path):
     step = result["executor_reuse"]["training step, batch 32"]
     assert step["aclnn_calls"] > 0 and step["workspace_queries_with_reuse"] == 0
     assert (tmp_path / "bench.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("op", ["smooth_l1_loss_backward", "batch_norm_reduce_backward"])
+def test_bench_compares_the_custom_call_with_the_pure_jax_reference(op):
+    """bench's "xla" column is the operator's pure-JAX reference (no custom
+    call), its "aclnn" column the custom call, whichever is compiled first."""
+    import numpy as np
+
+    from jax_aclnn.cli import bench
+
+    ours, xla, _, args, _ = bench.make_case(op, 1024, np.float32, 16, np.random.default_rng(0))
+    assert "aclnn_" not in xla.as_text()
+    assert f"aclnn_{op}" in ours.lower(*args).as_text()
 
 
 def test_train_data_parallel_matches_one_device():

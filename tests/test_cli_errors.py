@@ -63,7 +63,7 @@ def test_unreadable_file(capsys, tmp_path, monkeypatch):
     def refuse(*args, **kwargs):  # chmod 000 does not stop root, who runs CI
         raise PermissionError(13, "Permission denied", csv)
 
-    monkeypatch.setattr("jax_aclnn._csv_data.open", refuse, raising=False)
+    monkeypatch.setattr("jax_aclnn.cli.csv_data.open", refuse, raising=False)
     assert "permission denied; make the file readable" in error_of(
         capsys, "train", "--data", csv, "--target", "y")
 
@@ -365,7 +365,7 @@ def test_no_progress_frames_when_stdout_is_not_a_terminal():
 
 
 def test_a_failing_child_shows_its_own_error_first(capsys, monkeypatch):
-    monkeypatch.setattr("jax_aclnn.bench._BN_MEMORY_SCRIPT", "import sys; sys.exit('child: no memory today')")
+    monkeypatch.setattr("jax_aclnn.cli.bench._BN_MEMORY_SCRIPT", "import sys; sys.exit('child: no memory today')")
     assert main(["bench", *TINY_BENCH, "--bn-memory-channels", "16"]) == 2
     out = capsys.readouterr()
     assert out.out == ""  # nothing was measured first

@@ -14,7 +14,7 @@ from distributed_worker import train_steps
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jax_aclnn import train
+from jax_aclnn.cli import train
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
 PROCESSES, LOCAL_DEVICES = 2, 2

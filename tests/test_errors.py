@@ -99,9 +99,9 @@ def test_provider_status_reaches_python_with_code_and_message():
 def test_host_provider_refuses_null_executor_reuse_arguments_as_cann_does():
     import ctypes
 
-    from jax_aclnn import _ffi
+    from jax_aclnn import _loading
 
-    lib = ctypes.CDLL(str(_ffi.HOST_PROVIDER_LIBRARY))
+    lib = ctypes.CDLL(str(_loading.HOST_PROVIDER_LIBRARY))
     lib.aclGetRecentErrMsg.restype = ctypes.c_char_p
     for fn in (lib.aclSetInputTensorAddr, lib.aclSetOutputTensorAddr):
         fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p]

@@ -67,3 +67,17 @@ def test_synchronized_batch_norm_under_vmap_inside_shard_map():
     got = jax.jit(jax.grad(lambda s: sharded(s, xs).sum()))(scales)
     want = jax.grad(lambda s: jax.vmap(lambda si: member(si, x, None))(s).sum())(scales)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_importing_jax_aclnn_leaves_jax_s_psum_batching_rule_alone():
+    """The jax 0.8 repair is installed by batch_norm(axis_name=...) when
+    needed, not by the import (which patches no JAX rule)."""
+    import subprocess
+    import sys
+
+    code = ("from jax._src.interpreters import batching; from jax._src.lax import parallel; "
+            "rule = batching.fancy_primitive_batchers[parallel.psum_invariant_p]; "
+            "import jax_aclnn; "
+            "assert batching.fancy_primitive_batchers[parallel.psum_invariant_p] is rule")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 import jax_aclnn as aclnn
+from cases import OPERATORS, logit_grad_numpy, smooth_l1_numpy, swish_grad_numpy
 from conftest import DTYPES, as_dtype, assert_close, f64
-from jax_aclnn import _step_memory, bench
+from jax_aclnn.cli import bench, step_memory
 from jax_aclnn.ops import primitive
-from test_ops import logit_grad_numpy, smooth_l1_numpy, swish_grad_numpy
 
-ALIASING = ["smooth_l1_loss_backward", "logit_grad", "hardshrink_backward", "swish_backward"]
+ALIASING = [name for name in OPERATORS if primitive(name).alias_gradient]
 SHAPES = [(256, 256, 3), (1024, 128, 4)]
 
 
@@ -45,24 +45,24 @@ def no_aliasing(monkeypatch):
 def test_training_step_needs_no_more_temporary_memory_than_pure_jax(shape):
     """At most 1.1x pure JAX's temporary memory (on jax 0.10 it is 0.67-0.80x;
     jax 0.8.1's buffer assignment gives 1.0004x at (1024, 128, 4))."""
-    temp = {m: _step_memory.temp_bytes(_step_memory.compiled_step(m, *shape))
-            for m in _step_memory.MODES}
+    temp = {m: step_memory.temp_bytes(step_memory.compiled_step(m, *shape))
+            for m in step_memory.MODES}
     print(shape, {m: t / 2**20 for m, t in temp.items()})
     assert temp["aclnn"] <= 1.1 * temp["reference"], temp
     assert temp["aclnn"] <= 1.1 * temp["jnp"], temp
 
 
 def test_aliasing_saves_memory_and_adds_no_copies(monkeypatch):
-    aliased = _step_memory.compiled_step("aclnn", *SHAPES[0])
+    aliased = step_memory.compiled_step("aclnn", *SHAPES[0])
     text = aliased.as_text()
     for name in ("swish_backward", "hardshrink_backward", "logit_grad"):
         calls = [line for line in text.splitlines() if f'custom_call_target="aclnn_{name}"' in line]
         assert calls and all("output_to_operand_aliasing={{}: (" in c for c in calls), name
-    reference = _step_memory.compiled_step("reference", *SHAPES[0])
+    reference = step_memory.compiled_step("reference", *SHAPES[0])
     no_aliasing(monkeypatch)
-    plain = _step_memory.compiled_step("aclnn", *SHAPES[0])
+    plain = step_memory.compiled_step("aclnn", *SHAPES[0])
     assert "output_to_operand_aliasing" not in plain.as_text()
-    assert _step_memory.temp_bytes(aliased) < _step_memory.temp_bytes(plain)
+    assert step_memory.temp_bytes(aliased) < step_memory.temp_bytes(plain)
     assert unfused_copies(text) == unfused_copies(plain.as_text()) == 0
     assert unfused_copies(reference.as_text()) == 0
 
@@ -91,9 +91,9 @@ def test_no_aliasing_on_the_npu_platform():
     """CANN does not document ``out == in`` for these operators: the NPU
     program never aliases (the CPU one does, so the check can fail)."""
     def step(params, x, y):
-        return jax.grad(_step_memory.loss)(params, x, y)
+        return jax.grad(step_memory.loss)(params, x, y)
 
-    args = _step_memory.inputs(64, 32, 2)
+    args = step_memory.inputs(64, 32, 2)
     for platform, aliased in (("npu", False), ("cpu", True)):
         exported = jax.export.export(jax.jit(step), platforms=[platform],
                                      disabled_checks=aclnn.export_disabled_checks())(*args)
@@ -129,8 +129,8 @@ def test_aliased_calls_give_the_operator_results(rng, name, dtype):
 
 
 def test_bench_training_step_table(capsys):
-    row = _step_memory.measure(64, 32, 2, repeats=1)
-    for mode in _step_memory.MODES:
+    row = step_memory.measure(64, 32, 2, repeats=1)
+    for mode in step_memory.MODES:
         assert row[f"{mode}_temp_bytes"] > 0 and row[f"{mode}_s"] > 0 and row[f"{mode}_compile_s"] > 0
     assert row["aclnn_temp_bytes"] <= row["reference_temp_bytes"]
     bench.print_step_table([row])

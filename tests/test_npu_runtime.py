@@ -24,6 +24,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from cases import OPERATORS
 from conftest import free_compiled_programs
 from npu_runtime_harness import (
     FfiError,
@@ -46,8 +47,6 @@ import jax_aclnn as aclnn
 
 SEED = 20261122
 DTYPES = ["float32", "float16", "bfloat16"]
-OPERATORS = ["smooth_l1_loss_backward", "logit_grad", "hardshrink_backward", "swish_backward",
-             "batch_norm_reduce_backward"]
 ACLNN_ERR_RUNTIME_ERROR = 361001
 
 

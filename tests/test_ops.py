@@ -10,20 +10,13 @@ import pytest
 import torch
 
 import jax_aclnn as aclnn
+from cases import bn_reduce_numpy, logit_grad_numpy, smooth_l1_numpy, swish_grad_numpy
 from conftest import DTYPES, as_dtype, assert_close, f64
 
 T = torch.from_numpy
 
 
 # ----- smooth L1 --------------------------------------------------------------
-
-
-def smooth_l1_numpy(g, x, y, reduction, beta):
-    d = x - y
-    with np.errstate(divide="ignore", invalid="ignore"):
-        dl = np.where(np.abs(d) < beta, d / (beta if beta > 0 else 1.0), np.sign(d))
-    scale = 1.0 / x.size if reduction == "mean" else 1.0
-    return np.broadcast_to(g * dl * scale, np.broadcast_shapes(g.shape, x.shape, y.shape))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -65,17 +58,6 @@ def test_smooth_l1_loss_backward_integer_reduction_and_edges():
 
 
 # ----- logit ------------------------------------------------------------------
-
-
-def logit_grad_numpy(x, dy, eps):
-    with np.errstate(divide="ignore", invalid="ignore"):
-        v = dy / (x * (1 - x))
-        if np.isnan(eps):
-            return np.full_like(v, np.nan)
-        if eps < 0:
-            return np.where((x < 0) | (x > 1), np.nan, v)
-        lo, hi = np.float32(eps), np.float32(1 - eps)
-        return np.where((x < lo) | (x > hi), 0.0, v)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -136,11 +118,6 @@ def test_hardshrink_backward_nan_and_broadcast(rng):
 # ----- swish --------------------------------------------------------------------
 
 
-def swish_grad_numpy(g, x, beta):
-    s = 1 / (1 + np.exp(-beta * x))
-    return g * (s + beta * x * s * (1 - s))
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("beta", [1.0, None, 0.5, 2.5])
 def test_swish_backward(rng, dtype, beta):
@@ -163,14 +140,6 @@ def test_swish_backward_extremes():
 
 
 # ----- batch norm reduce ----------------------------------------------------------------
-
-
-def bn_reduce_numpy(g, x, mean, invstd):
-    axes = (0,) + tuple(range(2, x.ndim))
-    bshape = (1, -1) + (1,) * (x.ndim - 2)
-    sum_dy = g.sum(axes)
-    sum_dy_xmu = (g * (x - mean.reshape(bshape))).sum(axes)
-    return sum_dy, sum_dy_xmu, sum_dy_xmu * invstd, sum_dy
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -10,11 +10,10 @@ import numpy as np
 import pytest
 
 import jax_aclnn as aclnn
+from cases import CASES, OPERATORS, ids, logit_grad_numpy
 from conftest import DTYPES, as_dtype, assert_close, f64
-from test_ops import bn_reduce_numpy, logit_grad_numpy, smooth_l1_numpy, swish_grad_numpy
 
-TARGETS = ["smooth_l1_loss_backward", "logit_grad", "hardshrink_backward", "swish_backward",
-           "batch_norm_reduce_backward"]
+TARGETS = OPERATORS
 
 
 def all_five(x, c):
@@ -66,23 +65,59 @@ def test_kill_switch_forces_the_reference(monkeypatch, rng):
     assert "aclnn_" not in jax.jit(lambda x, c: all_five(x, c)).lower(x, c).as_text()
 
 
+def test_reference_path_forces_the_reference_within_its_block(rng):
+    x = jnp.asarray(rng.uniform(0.2, 0.8, size=(4, 3)), jnp.float32)
+    c = jnp.ones(3, jnp.float32)
+    lowered = lambda: jax.jit(lambda x, c: all_five(x, c)).lower(x, c).as_text()  # noqa: E731
+    with aclnn.reference_path(["logit_grad", "swish_backward"]):
+        hlo = lowered()
+        with aclnn.reference_path("hardshrink_backward"):  # nested: adds to the outer block's
+            inner = lowered()
+        assert lowered() == hlo
+    assert "aclnn_logit_grad" not in hlo and "aclnn_swish_backward" not in hlo
+    assert "aclnn_hardshrink_backward" in hlo
+    assert "aclnn_hardshrink_backward" not in inner and "aclnn_logit_grad" not in inner
+    with aclnn.reference_path():
+        assert "aclnn_" not in lowered()
+    assert all(f"aclnn_{t}" in lowered() for t in TARGETS)  # off again after the block
+
+
+def test_reference_path_refuses_bad_names():
+    with pytest.raises(ValueError, match=r"reference_path: unknown operator\(s\) 'swish'"):
+        with aclnn.reference_path(["swish_backward", "swish"]):
+            pass
+    with pytest.raises(TypeError, match="reference_path: ops must be"):
+        with aclnn.reference_path(3):
+            pass
+
+
+def test_build_info_names_what_the_install_is_made_of():
+    info = aclnn.build_info()
+    assert info["host_kernel_target"] == aclnn.host_kernel_target()
+    assert info["handler_platforms"] == ("cpu", info["npu_platform"])
+    assert info["host_provider_library"].endswith("libaclnn_host.so")
+    assert isinstance(info["build"], str) and info["build"]
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_reference_path_against_the_oracles(monkeypatch, rng, dtype):
+@pytest.mark.parametrize("case", CASES, ids=ids(CASES))
+def test_reference_path_against_the_oracles(monkeypatch, rng, dtype, case):
+    monkeypatch.setenv("JAX_ACLNN_REFERENCE", "1")
+    operands = case.operands(rng, dtype)
+    out = case.call(*operands)
+    expected = case.expected(*operands)
+    scale = 4.0 if case.op == "batch_norm_reduce_backward" else 1.0  # sums of rounded terms
+    for o, e in zip(*(jax.tree.leaves(v) for v in (out, expected)), strict=True):
+        assert_close(o, e, dtype, scale=scale)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_reference_path_of_logit_grad_outside_0_1(monkeypatch, rng, dtype):
     monkeypatch.setenv("JAX_ACLNN_REFERENCE", "1")
     x = as_dtype(rng.uniform(-0.5, 1.5, size=(5, 4, 3)), dtype)
     g = as_dtype(rng.normal(size=(5, 4, 3)), dtype)
-    y = as_dtype(rng.normal(size=(4, 3)), dtype)
-    c = as_dtype(rng.uniform(0.5, 1.5, size=4), dtype)
-    assert_close(aclnn.smooth_l1_loss_backward(g, x, y, reduction="none", beta=0.5),
-                 smooth_l1_numpy(f64(g), f64(x), f64(y), "none", 0.5), dtype)
-    for eps in (-1.0, 0.1):
+    for eps in (-1.0, 0.1):  # NaN outside [0, 1]; 0 outside [eps, 1 - eps]
         assert_close(aclnn.logit_grad(x, g, eps=eps), logit_grad_numpy(f64(x), f64(g), eps), dtype)
-    assert_close(aclnn.hardshrink_backward(g, x, lambd=0.5),
-                 np.where(np.abs(f64(x)) <= 0.5, 0, f64(g)), dtype)
-    assert_close(aclnn.swish_backward(g, x, beta=1.5), swish_grad_numpy(f64(g), f64(x), 1.5), dtype)
-    outs = aclnn.batch_norm_reduce_backward(g, x, c, c, c)
-    for o, e in zip(outs, bn_reduce_numpy(f64(g), f64(x), f64(c), f64(c))):
-        assert_close(o, e, dtype, scale=4.0)
 
 
 def test_exported_program_runs_in_a_fresh_process(tmp_path):

@@ -17,7 +17,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jax_aclnn as aclnn
-from jax_aclnn import train
+from cases import CASES, OPERATORS, ids
+from jax_aclnn.cli import train
 
 pytestmark = pytest.mark.skipif(jax.device_count() < NUM_DEVICES, reason="needs 8 host devices")
 
@@ -46,24 +47,21 @@ def normal(rng, shape):
     return rng.normal(size=shape).astype(np.float32)
 
 
-OPS = {
-    "swish_backward": lambda g, x: aclnn.swish_backward(g, x, beta=1.5),
-    "logit_grad": lambda g, x: aclnn.logit_grad(jax.nn.sigmoid(x), g, eps=1e-3),
-    "hardshrink_backward": lambda g, x: aclnn.hardshrink_backward(g, x, lambd=0.3),
-}
+#: The element-wise cases on operands of one shape, taken at (16, 8, 4).
+ELEMENTWISE = [c for c in CASES if c.same_shape]
 
 
-@pytest.mark.parametrize("name", sorted(OPS))
+@pytest.mark.parametrize("case", ELEMENTWISE, ids=ids(ELEMENTWISE))
 @pytest.mark.parametrize("spec", [P("data", "model"), P(None, ("data", "model")), P("model")])
-def test_elementwise_ops_run_on_their_shards(mesh, rng, name, spec):
-    g, x = normal(rng, (16, 8, 4)), normal(rng, (16, 8, 4))
-    fn = jax.jit(OPS[name])
-    sharded = [jax.device_put(a, NamedSharding(mesh, spec)) for a in (g, x)]
+def test_elementwise_ops_run_on_their_shards(mesh, rng, case, spec):
+    operands = case.operands(rng, shapes=[(16, 8, 4)] * len(case.shapes))
+    fn = jax.jit(case.call)
+    sharded = [jax.device_put(a, NamedSharding(mesh, spec)) for a in operands]
     out = fn(*sharded)
-    np.testing.assert_array_equal(np.asarray(out), np.asarray(fn(g, x)))
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(fn(*operands)))
     assert out.sharding.spec == spec
     hlo = compiled_hlo(fn, *sharded)
-    assert "aclnn_" + name in hlo
+    assert "aclnn_" + case.op in hlo
     assert not collectives(hlo, "all-gather") and not collectives(hlo, "all-to-all")
 
 
@@ -167,8 +165,7 @@ def test_sharded_training_step_equals_unsharded(rng, batch_mesh):
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(expected)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=2e-6)
     hlo = compiled_hlo(step, *args)
-    for target in ("smooth_l1_loss_backward", "logit_grad", "hardshrink_backward",
-                   "swish_backward", "batch_norm_reduce_backward"):
+    for target in OPERATORS:
         assert "aclnn_" + target in hlo
     assert not collectives(hlo, "all-gather") and not collectives(hlo, "all-to-all")
 

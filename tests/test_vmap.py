@@ -10,21 +10,12 @@ import numpy as np
 import pytest
 
 import jax_aclnn as aclnn
+from cases import CASES, ids
 
-OPS = {
-    "smooth_l1_mean": (lambda g, x, y: aclnn.smooth_l1_loss_backward(g, x, y, reduction="mean", beta=0.5), ((), (5, 3), (3,))),
-    "smooth_l1_none": (lambda g, x, y: aclnn.smooth_l1_loss_backward(g, x, y, reduction="none"), ((5, 3), (5, 3), (3,))),
-    "logit_grad": (lambda x, dy: aclnn.logit_grad(x, dy, eps=0.05), ((5, 3), (5, 3))),
-    "hardshrink": (lambda g, x: aclnn.hardshrink_backward(g, x, lambd=0.3), ((5, 3), (3,))),
-    "swish": (lambda g, x: aclnn.swish_backward(g, x, beta=1.5), ((5, 3), (5, 3))),
-    "bn_reduce": (lambda g, x, m, s, w: aclnn.batch_norm_reduce_backward(g, x, m, s, w), ((4, 3, 2), (4, 3, 2), (3,), (3,), (3,))),
-}
-
-
-@pytest.mark.parametrize("name", sorted(OPS))
+@pytest.mark.parametrize("case", CASES, ids=ids(CASES))
 @pytest.mark.parametrize("mapped", ["all", "first", "last"])
-def test_vmap_matches_a_loop_with_one_custom_call(rng, name, mapped):
-    fn, shapes = OPS[name]
+def test_vmap_matches_a_loop_with_one_custom_call(rng, case, mapped):
+    fn, shapes = case.call, case.shapes
     B = 4
     flags = [True] * len(shapes) if mapped == "all" else [
         i == (0 if mapped == "first" else len(shapes) - 1) for i in range(len(shapes))]

@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jax_aclnn.nn import batch_norm
+from jax_aclnn.ops import batch_norm
 
 
 def feature_axes(ndim: int, axis: Any) -> tuple[int, ...]:

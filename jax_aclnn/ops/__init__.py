@@ -1,22 +1,74 @@
-"""The five aclnn backward operators, one module each (formulas in their docstrings)."""
+"""The aclnn operators, one module each: the operator's primitive, its public
+function and the differentiable forward operator(s) whose derivative runs it
+(formulas in their docstrings).
 
-from jax_aclnn.ops.batch_norm_reduce_backward import batch_norm_reduce_backward
-from jax_aclnn.ops.hardshrink_backward import hardshrink_backward
-from jax_aclnn.ops.logit_grad import logit_grad
-from jax_aclnn.ops.smooth_l1_loss_backward import smooth_l1_loss_backward
-from jax_aclnn.ops.swish_backward import swish_backward
+Each differentiable operator is a ``jax.custom_jvp`` function: the forward
+is plain ``jax.numpy`` (XLA fuses it); its tangent map is written with the
+matching aclnn operator (or that operator's transpose, see
+:mod:`jax_aclnn._autodiff`) so that
+
+* reverse mode (``grad``, ``vjp``, ``jacrev``) runs the aclnn backward
+  operator as one XLA FFI custom call per use, exactly as a hand-written VJP;
+* forward mode (``jvp``, ``linearize``, ``jacfwd``) runs the same aclnn
+  operator on the tangent (swish, silu, hardshrink, logit, smooth L1 with
+  ``reduction="none"``: the tangent map is the operator; smooth L1
+  ``"mean"``/``"sum"``: the operator then a sum; batch norm: the reduce
+  operator on the tangent, then element-wise XLA code);
+* higher orders (``hessian``, ``grad`` of ``grad``) differentiate those
+  operators through their own JVP rules (second derivatives of the
+  operators are XLA code), and every one of these composes with ``jit``,
+  ``vmap`` (one custom call per operator use) and the sharding rules.
+
+So each operator supports ``jit``, ``grad``, ``vjp``, ``jvp``,
+``linearize``, ``jacfwd``, ``jacrev``, ``hessian``, ``vmap`` and derivatives
+of any order; each docstring says which aclnn operator runs in each
+direction.
+
+Forward values follow ``torch.nn.functional`` of the same name;
+half-precision inputs are computed in float32 and returned in their own
+dtype.
+
+The five aclnn backward operators are linear in their incoming gradient:
+the transpose there (reverse mode) and the JVP in it (forward mode) run the
+aclnn operator again (except the transpose of ``batch_norm_reduce_backward``,
+XLA code); the derivatives in their other operands are XLA code.
+
+Arguments: tensors are float32, float16 or bfloat16 arrays (or Python
+scalars, which take the arrays' dtype) of one dtype; an operator's scalar
+attributes (``beta``, ``eps``, ``lambd``, ...) are static real numbers (a
+string such as ``'1.5'`` is not): a traced value raises TypeError.
+"""
+
+from jax_aclnn import _primitive
+
+# The operators register themselves as these imports create them, in this
+# order (the README's): the order of OPERATOR_NAMES.
+from jax_aclnn.ops.smooth_l1_loss_backward import smooth_l1_loss, smooth_l1_loss_backward  # isort: skip
+from jax_aclnn.ops.logit_grad import logit, logit_grad  # isort: skip
+from jax_aclnn.ops.hardshrink_backward import hardshrink, hardshrink_backward  # isort: skip
+from jax_aclnn.ops.swish_backward import silu, swish, swish_backward  # isort: skip
+from jax_aclnn.ops.batch_norm_reduce_backward import batch_norm, batch_norm_reduce_backward  # isort: skip
+
+#: The names of the aclnn operators, which are also their public functions'
+#: (``jax_aclnn.<name>``), e.g. ``"swish_backward"``.
+OPERATOR_NAMES: tuple[str, ...] = tuple(_primitive.OPERATORS)
 
 __all__ = [
+    "OPERATOR_NAMES",
+    "batch_norm",
     "batch_norm_reduce_backward",
+    "hardshrink",
     "hardshrink_backward",
+    "logit",
     "logit_grad",
+    "silu",
+    "smooth_l1_loss",
     "smooth_l1_loss_backward",
+    "swish",
     "swish_backward",
 ]
 
 
-def primitive(name: str):
+def primitive(name: str) -> _primitive.AclnnPrimitive:
     """The :class:`~jax_aclnn._primitive.AclnnPrimitive` of an operator, by function name."""
-    import importlib
-
-    return importlib.import_module(f"jax_aclnn.ops.{name}")._op
+    return _primitive.OPERATORS[name]

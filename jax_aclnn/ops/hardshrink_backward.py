@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import jax
@@ -10,7 +11,8 @@ import numpy as np
 from jax.core import ShapedArray
 
 from jax_aclnn import _checks
-from jax_aclnn._primitive import AclnnPrimitive, batch_broadcasting
+from jax_aclnn._batching import batch_broadcasting
+from jax_aclnn._primitive import AclnnPrimitive
 
 
 def shrunk(x: Any, lambd: float) -> jax.Array:
@@ -28,6 +30,7 @@ class HardshrinkBackward(AclnnPrimitive):
     aclnn_name = "aclnnHardshrinkBackward"
     operand_names = ("grad_output", "input")
     alias_gradient = True
+    attributes = {"lambd": np.float32}
 
     def abstract_eval(self, g, x, *, lambd):
         return ShapedArray(np.broadcast_shapes(g.shape, x.shape), x.dtype)
@@ -36,9 +39,6 @@ class HardshrinkBackward(AclnnPrimitive):
         shape = np.broadcast_shapes(g.shape, x.shape)
         out = jnp.where(shrunk(x, lambd), jnp.zeros((), x.dtype), g.astype(x.dtype))
         return jnp.broadcast_to(out, shape)
-
-    def ffi_attributes(self, *, lambd):
-        return {"lambd": np.float32(lambd)}
 
     def batch(self, args, dims, *, lambd):
         return self.bind_batched(batch_broadcasting(args, dims), lambd=lambd), 0
@@ -62,18 +62,48 @@ def hardshrink_backward(grad_output: Any, input: Any, *, lambd: float = 0.5) -> 
     Returns:
       ``grad_input`` of the broadcast shape, in the inputs' dtype.
 
-    Transformations: all of :mod:`jax_aclnn.nn`'s. Linear in ``grad_output``:
-    the transpose there (reverse mode) and the JVP in it (forward mode) run
-    aclnnHardshrinkBackward again (summed over the axes ``grad_output``
-    broadcasts along); the derivatives in the other operands are XLA code.
+    Transformations: all (:mod:`jax_aclnn.ops`); linear in
+    ``grad_output`` (its transpose sums over the axes ``grad_output``
+    broadcasts along).
 
     Raises:
-      TypeError: a tensor is not float32/float16/bfloat16, dtypes differ
-        (Python scalars take the arrays' dtype), or ``lambd`` is not a static
-        real number (a string such as ``'1.5'`` is not).
+      TypeError: a tensor is not float32/float16/bfloat16, dtypes differ, or
+        ``lambd`` is not a static real number.
       ValueError: shapes do not broadcast, or rank above 8.
     """
     op = _op.name
     g, x = _checks.float_arrays(op, grad_output=grad_output, input=input)
     _checks.broadcast_shape(op, ("grad_output", "input"), (g, x))
     return _op.bind(g, x, lambd=_checks.real_number(op, "lambd", lambd))
+
+
+# --- the differentiable operator whose derivative runs it ----------
+
+
+def hardshrink(x: Any, lambd: float = 0.5) -> jax.Array:
+    """0 where ``|x| <= lambd``, else ``x`` (``torch.nn.functional.hardshrink``:
+    a NaN passes through).
+
+    The derivative is aclnnHardshrinkBackward, on the cotangent in reverse
+    mode and on the tangent in forward mode. Both compare in float32, so
+    that in float16/bfloat16 the forward and the derivative agree on the
+    side of ``lambd`` of every element. Transformations: all (module
+    docstring). In a Flax module call it on a layer's output, e.g.
+    ``aclnn.hardshrink(nn.Dense(64)(x), 0.1)``.
+
+    Raises:
+      TypeError: unsupported dtype.
+    """
+    (xa,) = _checks.float_arrays("hardshrink", x=x)
+    return _hardshrink(xa, _checks.real_number("hardshrink", "lambd", lambd))
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _hardshrink(x, lambd):
+    return jnp.where(shrunk(x, lambd), jnp.zeros((), x.dtype), x)
+
+
+@_hardshrink.defjvp
+def _hardshrink_jvp(lambd, primals, tangents):
+    (x,), (t,) = primals, tangents
+    return _hardshrink(x, lambd), hardshrink_backward(t, x, lambd=lambd)

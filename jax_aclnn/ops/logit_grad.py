@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Any
 
 import jax
@@ -11,7 +12,8 @@ import numpy as np
 from jax.core import ShapedArray
 
 from jax_aclnn import _checks
-from jax_aclnn._primitive import AclnnPrimitive, batch_same_shape
+from jax_aclnn._batching import batch_same_shape
+from jax_aclnn._primitive import AclnnPrimitive
 
 
 class LogitGrad(AclnnPrimitive):
@@ -20,6 +22,7 @@ class LogitGrad(AclnnPrimitive):
     operand_names = ("x", "dy")
     alias_gradient = True
     linear_operand = 1  # dy
+    attributes = {"eps": np.float64}
 
     def abstract_eval(self, x, dy, *, eps):
         return ShapedArray(x.shape, x.dtype)
@@ -35,9 +38,6 @@ class LogitGrad(AclnnPrimitive):
             lo, hi = np.float32(eps), np.float32(1.0 - eps)
             out = jnp.where((xf < lo) | (xf > hi), 0.0, value)
         return out.astype(x.dtype)
-
-    def ffi_attributes(self, *, eps):
-        return {"eps": np.float64(eps)}
 
     def batch(self, args, dims, *, eps):
         return self.bind_batched(batch_same_shape(args, dims), eps=eps), 0
@@ -63,18 +63,46 @@ def logit_grad(x: Any, dy: Any, *, eps: float = -1.0) -> jax.Array:
     Returns:
       ``dx``, shape and dtype of ``x`` (float32, float16 or bfloat16).
 
-    Transformations: all of :mod:`jax_aclnn.nn`'s. Linear in ``dy``:
-    the transpose there (reverse mode) and the JVP in it (forward mode) run
-    aclnnLogitGrad again; the derivatives in the other
-    operands are XLA code.
+    Transformations: all (:mod:`jax_aclnn.ops`); linear in ``dy``.
 
     Raises:
-      TypeError: a tensor is not float32/float16/bfloat16, dtypes differ
-        (Python scalars take the arrays' dtype), or ``eps`` is not a static
-        real number (a string such as ``'1.5'`` is not).
+      TypeError: a tensor is not float32/float16/bfloat16, dtypes differ, or
+        ``eps`` is not a static real number.
       ValueError: ``x`` and ``dy`` differ in shape, or rank above 8.
     """
     op = _op.name
     xa, dya = _checks.float_arrays(op, x=x, dy=dy)
     _checks.same_shape(op, ("x", "dy"), (xa, dya))
     return _op.bind(xa, dya, eps=_checks.real_number(op, "eps", eps))
+
+
+# --- the differentiable operator whose derivative runs it ----------
+
+
+def logit(x: Any, eps: float | None = None) -> jax.Array:
+    """``log(z / (1 - z))`` with ``z = x``, or ``clip(x, eps, 1 - eps)`` when ``eps`` is given.
+
+    ``torch.logit``; the derivative is aclnnLogitGrad (0 outside ``[eps, 1 -
+    eps]`` when ``eps`` is given), on the cotangent in reverse mode and on
+    the tangent in forward mode. Transformations: all (:mod:`jax_aclnn.ops`).
+
+    Raises:
+      TypeError: unsupported dtype.
+    """
+    (xa,) = _checks.float_arrays("logit", x=x)
+    e = None if eps is None else _checks.real_number("logit", "eps", eps)
+    return _logit(xa, e)
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _logit(x, eps):
+    z = x.astype(jnp.float32)
+    if eps is not None:
+        z = jnp.clip(z, eps, 1.0 - eps)
+    return jnp.log(z / (1.0 - z)).astype(x.dtype)
+
+
+@_logit.defjvp
+def _logit_jvp(eps, primals, tangents):
+    (x,), (t,) = primals, tangents
+    return _logit(x, eps), logit_grad(x, t, eps=-1.0 if eps is None else eps)

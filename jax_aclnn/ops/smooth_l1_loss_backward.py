@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Any
 
 import jax
@@ -11,8 +12,9 @@ import numpy as np
 from jax.core import ShapedArray
 
 from jax_aclnn import _checks
+from jax_aclnn._batching import batch_broadcasting
 from jax_aclnn._compat import not_mapped
-from jax_aclnn._primitive import AclnnPrimitive, batch_broadcasting
+from jax_aclnn._primitive import AclnnPrimitive
 
 #: aclnn's reduction codes.
 REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
@@ -35,6 +37,7 @@ class SmoothL1LossBackward(AclnnPrimitive):
     aclnn_name = "aclnnSmoothL1LossBackward"
     operand_names = ("grad_out", "input", "target")
     alias_gradient = True
+    attributes = {"reduction": np.int64, "beta": np.float32}
 
     def abstract_eval(self, g, x, y, *, reduction, beta):
         return ShapedArray(np.broadcast_shapes(g.shape, x.shape, y.shape), x.dtype)
@@ -47,9 +50,6 @@ class SmoothL1LossBackward(AclnnPrimitive):
         scale = 1.0 / max(x.size, 1) if reduction == REDUCTIONS["mean"] else 1.0
         out = g.astype(jnp.float32) * np.float32(scale) * dloss
         return jnp.broadcast_to(out, shape).astype(x.dtype)
-
-    def ffi_attributes(self, *, reduction, beta):
-        return {"reduction": np.int64(reduction), "beta": np.float32(beta)}
 
     def batch(self, args, dims, *, reduction, beta):
         g, x, y = batch_broadcasting(args, dims)
@@ -110,16 +110,13 @@ def smooth_l1_loss_backward(
       ``grad_input`` of the broadcast shape of the three tensors, in their
       dtype (float32, float16 or bfloat16; half types are computed in float32).
 
-    Transformations: all of :mod:`jax_aclnn.nn`'s. Linear in ``grad_out``:
-    the transpose there (reverse mode) and the JVP in it (forward mode) run
-    aclnnSmoothL1LossBackward again (summed to ``grad_out``'s shape: for a
-    scalar ``grad_out``, the sum of the operator on the cotangent); the
-    derivatives in the other operands are XLA code.
+    Transformations: all (:mod:`jax_aclnn.ops`); linear in ``grad_out``
+    (its transpose sums to ``grad_out``'s shape: for a scalar ``grad_out``,
+    the sum of the operator on the cotangent).
 
     Raises:
-      TypeError: a tensor is not float32/float16/bfloat16, dtypes differ
-        (Python scalars take the arrays' dtype), or ``beta`` is not a static
-        real number (a string such as ``'1.5'`` is not).
+      TypeError: a tensor is not float32/float16/bfloat16, dtypes differ, or
+        ``beta`` is not a static real number.
       ValueError: shapes do not broadcast, rank above 8, ``beta < 0``, or an
         unknown ``reduction``.
     """
@@ -131,3 +128,80 @@ def smooth_l1_loss_backward(
     if not beta >= 0:
         raise ValueError(f"{op}: beta must be >= 0, got {beta}")
     return _op.bind(g, x, y, reduction=code, beta=beta)
+
+
+# --- the differentiable operator whose derivative runs it ----------
+
+
+def smooth_l1_loss(
+    input: Any,  # noqa: A002 - PyTorch argument name
+    target: Any,
+    *,
+    reduction: str | int = "mean",
+    beta: float = 1.0,
+) -> jax.Array:
+    """Smooth L1 (Huber / beta) loss, through aclnnSmoothL1LossBackward.
+
+    With ``d = input - target``: ``0.5 * d**2 / beta`` where ``|d| < beta``,
+    else ``|d| - 0.5 * beta`` (``beta = 0``: ``|d|``), then reduced
+    (``torch.nn.functional.smooth_l1_loss``). Differentiable in both
+    ``input`` and ``target``, which broadcast together. For ``beta > 0`` it
+    is optax's Huber loss over beta:
+    ``optax.huber_loss(input, target, delta=beta).mean() / beta`` for
+    ``"mean"`` (``.sum()`` for ``"sum"``, elementwise for ``"none"``).
+
+    Args:
+      input: predictions.
+      target: targets.
+      reduction: ``"none"``, ``"mean"`` or ``"sum"`` (or 0, 1, 2).
+      beta: the L1/L2 switch point, >= 0.
+
+    Returns:
+      The loss: a scalar for ``"mean"``/``"sum"``, else the broadcast shape.
+
+    Raises:
+      TypeError: unsupported or differing dtypes.
+      ValueError: shapes do not broadcast, ``beta < 0``, unknown reduction.
+
+    Transformations: all (:mod:`jax_aclnn.ops`). Reverse mode:
+    aclnnSmoothL1LossBackward on the cotangent (a scalar for
+    ``"mean"``/``"sum"``); forward mode: the same operator on ``t_input -
+    t_target``, summed for ``"mean"``/``"sum"``.
+    """
+    op = "smooth_l1_loss"
+    x, y = _checks.float_arrays(op, input=input, target=target)
+    _checks.broadcast_shape(op, ("input", "target"), (x, y))
+    beta = _checks.real_number(op, "beta", beta)
+    if not beta >= 0:
+        raise ValueError(f"{op}: beta must be >= 0, got {beta}")
+    return _smooth_l1_loss(x, y, reduction_code(op, reduction), beta)
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(2, 3))
+def _smooth_l1_loss(x, y, reduction, beta):
+    d = x.astype(jnp.float32) - y.astype(jnp.float32)
+    ad = jnp.abs(d)
+    loss = jnp.where(ad < beta, 0.5 * d * d / (beta if beta > 0 else 1.0), ad - 0.5 * beta)
+    if reduction == REDUCTIONS["mean"]:
+        loss = loss.mean()
+    elif reduction == REDUCTIONS["sum"]:
+        loss = loss.sum()
+    return loss.astype(x.dtype)
+
+
+@_smooth_l1_loss.defjvp
+def _smooth_l1_loss_jvp(reduction, beta, primals, tangents):
+    x, y = primals
+    shape = np.broadcast_shapes(x.shape, y.shape)
+    # The kernel's "mean" divides by its input's size: give it the broadcast
+    # input so that it matches the forward mean.
+    xb = jnp.broadcast_to(x, shape)
+    t = jnp.broadcast_to(tangents[0], shape) - jnp.broadcast_to(tangents[1], shape)
+    if reduction == REDUCTIONS["none"]:
+        dloss = smooth_l1_loss_backward(t, xb, y, reduction=reduction, beta=beta)
+    else:
+        # The operator's transpose in its (scalar) grad_out: the sum of the
+        # operator on t; reverse mode transposes it back to one call.
+        dloss = _op.transpose(
+            [t], [xb, y], ShapedArray((), x.dtype), reduction=reduction, beta=beta)
+    return _smooth_l1_loss(x, y, reduction, beta), dloss

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import jax
@@ -10,7 +11,8 @@ import numpy as np
 from jax.core import ShapedArray
 
 from jax_aclnn import _checks
-from jax_aclnn._primitive import AclnnPrimitive, batch_same_shape
+from jax_aclnn._batching import batch_same_shape
+from jax_aclnn._primitive import AclnnPrimitive
 
 
 class SwishBackward(AclnnPrimitive):
@@ -18,6 +20,7 @@ class SwishBackward(AclnnPrimitive):
     aclnn_name = "aclnnSwishBackward"
     operand_names = ("grad_output", "input")
     alias_gradient = True
+    attributes = {"has_beta": np.bool_, "beta": np.float32}
 
     def abstract_eval(self, g, x, *, beta):
         return ShapedArray(x.shape, x.dtype)
@@ -28,8 +31,8 @@ class SwishBackward(AclnnPrimitive):
         s = jax.nn.sigmoid(bx)
         return (g.astype(jnp.float32) * s * (1.0 + bx * (1.0 - s))).astype(x.dtype)
 
-    def ffi_attributes(self, *, beta):
-        return {"has_beta": np.bool_(beta is not None), "beta": np.float32(beta or 0.0)}
+    def attribute_values(self, *, beta):
+        return {"has_beta": beta is not None, "beta": beta or 0.0}
 
     def batch(self, args, dims, *, beta):
         return self.bind_batched(batch_same_shape(args, dims), beta=beta), 0
@@ -54,15 +57,11 @@ def swish_backward(grad_output: Any, input: Any, *, beta: float | None = 1.0) ->
     Returns:
       ``grad_input``, shape and dtype of ``input``.
 
-    Transformations: all of :mod:`jax_aclnn.nn`'s. Linear in ``grad_output``:
-    the transpose there (reverse mode) and the JVP in it (forward mode) run
-    aclnnSwishBackward again; the derivatives in the other
-    operands are XLA code.
+    Transformations: all (:mod:`jax_aclnn.ops`); linear in ``grad_output``.
 
     Raises:
-      TypeError: a tensor is not float32/float16/bfloat16, dtypes differ
-        (Python scalars take the arrays' dtype), or ``beta`` is not a static
-        real number (a string such as ``'1.5'`` is not).
+      TypeError: a tensor is not float32/float16/bfloat16, dtypes differ, or
+        ``beta`` is neither None nor a static real number.
       ValueError: shapes differ, or rank above 8.
     """
     op = _op.name
@@ -70,3 +69,44 @@ def swish_backward(grad_output: Any, input: Any, *, beta: float | None = 1.0) ->
     _checks.same_shape(op, ("grad_output", "input"), (g, x))
     b = None if beta is None else _checks.real_number(op, "beta", beta)
     return _op.bind(g, x, beta=b)
+
+
+# --- the differentiable operator whose derivative runs it ----------
+
+
+def swish(x: Any, beta: float = 1.0) -> jax.Array:
+    """``x * sigmoid(beta * x)``.
+
+    The derivative is aclnnSwishBackward, on the cotangent in reverse mode
+    and on the tangent in forward mode. Transformations: all (module
+    docstring).
+
+    An activation like ``flax.linen.swish``: in a Flax module,
+    ``aclnn.swish(nn.Dense(64)(x), 1.5)`` (linen) or
+    ``aclnn.swish(self.linear(x))`` (nnx).
+
+    Raises:
+      TypeError: unsupported dtype.
+    """
+    (xa,) = _checks.float_arrays("swish", x=x)
+    return _swish(xa, _checks.real_number("swish", "beta", beta))
+
+
+def silu(x: Any) -> jax.Array:
+    """``x * sigmoid(x)`` (``torch.nn.functional.silu``, ``flax.linen.silu``):
+    ``swish(x, 1.0)``, with its transformations (aclnnSwishBackward in both
+    directions). In a Flax module: ``aclnn.silu(nn.Dense(64)(x))``.
+    """
+    return swish(x, 1.0)
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _swish(x, beta):
+    xf = x.astype(jnp.float32)
+    return (xf * jax.nn.sigmoid(beta * xf)).astype(x.dtype)
+
+
+@_swish.defjvp
+def _swish_jvp(beta, primals, tangents):
+    (x,), (t,) = primals, tangents
+    return _swish(x, beta), swish_backward(t, x, beta=beta)

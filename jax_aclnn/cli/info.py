@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 import jax
 
-from jax_aclnn import __version__, _ffi
-from jax_aclnn._cli import jax_devices
+import jax_aclnn as aclnn
+from jax_aclnn.cli.common import jax_devices
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -21,21 +21,22 @@ if TYPE_CHECKING:
 def collect() -> dict[str, object]:
     """The facts ``info`` prints, as a dict."""
     try:
-        cann = f"found: {_ffi.load_cann()}"
+        cann = f"found: {aclnn.load_cann()}"
     except RuntimeError as e:
         cann = f"not found ({e})"
     platforms = sorted({d.platform for d in jax_devices()})
+    build = aclnn.build_info()
     return {
-        "jax_aclnn": __version__,
+        "jax_aclnn": aclnn.__version__,
         "jax / jaxlib": f"{jax.__version__} / {jax.lib.__version__}",
         "JAX platforms (devices)": ", ".join(f"{p} ({len(jax.devices(p))})" for p in platforms),
-        "platforms with aclnn handlers": ", ".join(_ffi.handler_platforms()),
-        "NPU platform name": f"{_ffi.npu_platform()} (${_ffi.NPU_PLATFORM_ENV} overrides)",
+        "platforms with aclnn handlers": ", ".join(build["handler_platforms"]),
+        "NPU platform name": f"{build['npu_platform']} ($JAX_ACLNN_NPU_PLATFORM overrides)",
         "CANN": cann,
-        "CPU aclnn provider": _ffi.provider(),
-        "host provider library": str(_ffi.HOST_PROVIDER_LIBRARY),
-        "build": _ffi._aclnn_ffi.build_info(),
-        "host kernels (chosen at run time)": _ffi.host_kernel_target(),
+        "CPU aclnn provider": aclnn.runtime_stats()["provider"],
+        "host provider library": build["host_provider_library"],
+        "build": build["build"],
+        "host kernels (chosen at run time)": build["host_kernel_target"],
         "machine": f"{platform.machine()}, {platform.system()}, Python {sysconfig.get_python_version()}",
     }
 

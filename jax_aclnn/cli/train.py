@@ -35,8 +35,8 @@ from jax.sharding import PartitionSpec as P
 from tqdm import tqdm
 
 import jax_aclnn as aclnn
-from jax_aclnn._cli import MAX_SEED, UsageError, integer, jax_devices, positive_float, progress_disabled
-from jax_aclnn._csv_data import MAX_CATEGORIES, read_regression_csv
+from jax_aclnn.cli.common import MAX_SEED, UsageError, integer, jax_devices, positive_float, progress_disabled
+from jax_aclnn.cli.csv_data import MAX_CATEGORIES, read_regression_csv
 
 HIDDEN = 64
 #: Range the target is scaled into, inside (0, 1) so that logit is finite.
@@ -58,8 +58,8 @@ class Data:
 def load_data(csv: str | None, target: str | None, seed: int) -> Data:
     """Standardised features and a target scaled into TARGET_RANGE, split 80/20.
 
-    ``csv`` is read by the rules of :mod:`jax_aclnn._csv_data`; its problems
-    (and too few rows) raise :class:`~jax_aclnn._cli.UsageError`.
+    ``csv`` is read by the rules of :mod:`jax_aclnn.cli.csv_data`; its problems
+    (and too few rows) raise :class:`~jax_aclnn.cli.common.UsageError`.
     """
     notes: list[str] = []
     if csv is None:

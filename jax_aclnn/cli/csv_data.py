@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from jax_aclnn._cli import UsageError
+from jax_aclnn.cli.common import UsageError
 
 MISSING = frozenset({"", "na", "n/a", "nan", "null", "none", "?"})
 #: Text columns with at most this many distinct values are one-hot encoded.

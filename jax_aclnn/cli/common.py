@@ -76,12 +76,11 @@ def require_cli_packages() -> None:
 def check_environment() -> None:
     """Raises :class:`UsageError` for a jax_aclnn environment variable set
     to a value the library refuses (it would refuse it only when an
-    operator is first compiled)."""
-    from jax_aclnn import _ffi
+    operator is first compiled; :func:`jax_aclnn.build_info` checks them)."""
+    import jax_aclnn as aclnn
 
     try:
-        _ffi.executor_reuse_from_env()
-        _ffi.npu_platform()
+        aclnn.build_info()
     except ValueError as e:
         raise UsageError(str(e)) from None
 

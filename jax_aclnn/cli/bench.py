@@ -25,7 +25,7 @@ gradient) and a chain of tiny calls, alternately with reuse on and off.
 
 Last, a training step's temporary memory (XLA's memory analysis), compile
 time and step time, through jax_aclnn against the same model in pure JAX
-(:mod:`jax_aclnn._step_memory`).
+(:mod:`jax_aclnn.cli.step_memory`).
 
 Outputs are compared first (a fast wrong answer is no result). Timings are
 paired and interleaved (aclnn, xla, torch, then xla, torch, aclnn, ...: each
@@ -54,12 +54,9 @@ import numpy as np
 from tqdm import tqdm
 
 import jax_aclnn as aclnn
-from jax_aclnn import _ffi
-from jax_aclnn._cli import UsageError, comma_list, integer, jax_devices, one_of, progress_disabled
-from jax_aclnn.ops import primitive
+from jax_aclnn.cli.common import UsageError, comma_list, integer, jax_devices, one_of, progress_disabled
 
-OPS = ["smooth_l1_loss_backward", "logit_grad", "hardshrink_backward", "swish_backward",
-       "batch_norm_reduce_backward"]
+OPS = list(aclnn.ops.OPERATOR_NAMES)
 DEFAULT_SIZES = "1K,64K,1M,16M"
 DTYPES = ["float32", "float16", "bfloat16"]
 
@@ -90,24 +87,32 @@ class ElementwiseCase:
 
     operands: tuple[tuple[bool, float, float], ...]  # (full size, not a scalar; low, high)
     kwargs: dict[str, Any]  # of the jax_aclnn function
-    params: dict[str, Any]  # of the primitive's pure-JAX reference
     aten: Callable[[list[Any]], Any]  # the ATen kernel on torch tensors
 
 
 ELEMENTWISE = {
     "smooth_l1_loss_backward": ElementwiseCase(
-        ((False, -3, 3), (True, -3, 3), (True, -3, 3)), {"reduction": "mean"},
-        {"reduction": 1, "beta": 1.0}, lambda t: torch.ops.aten.smooth_l1_loss_backward(*t, 1, 1.0)),
+        ((False, -3, 3), (True, -3, 3), (True, -3, 3)), {"reduction": "mean", "beta": 1.0},
+        lambda t: torch.ops.aten.smooth_l1_loss_backward(*t, 1, 1.0)),
     "logit_grad": ElementwiseCase(
-        ((True, 0.01, 0.99), (True, -3, 3)), {"eps": 1e-6}, {"eps": 1e-6},
+        ((True, 0.01, 0.99), (True, -3, 3)), {"eps": 1e-6},
         lambda t: torch.ops.aten.logit_backward(t[1], t[0], 1e-6)),
     "hardshrink_backward": ElementwiseCase(
-        ((True, -3, 3), (True, -3, 3)), {"lambd": 0.5}, {"lambd": 0.5},
+        ((True, -3, 3), (True, -3, 3)), {"lambd": 0.5},
         lambda t: torch.ops.aten.hardshrink_backward(t[0], t[1], 0.5)),
     "swish_backward": ElementwiseCase(
-        ((True, -3, 3), (True, -3, 3)), {"beta": 1.0}, {"beta": 1.0},
+        ((True, -3, 3), (True, -3, 3)), {"beta": 1.0},
         lambda t: torch.ops.aten.silu_backward(t[0], t[1])),
 }
+
+
+def on_reference_path(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """``fn`` jitted and compiled for ``args`` with every operator on its
+    pure-JAX reference path (:func:`jax_aclnn.reference_path`): the
+    operators' own ``jax.numpy`` formulas, compiled by XLA. A jit of its
+    own: a trace is cached per function, whatever the path."""
+    with aclnn.reference_path():
+        return jax.jit(lambda *a: fn(*a)).lower(*args).compile()
 
 
 def make_case(op: str, size: int, dtype: Any, channels: int, rng: np.random.Generator):
@@ -116,13 +121,12 @@ def make_case(op: str, size: int, dtype: Any, channels: int, rng: np.random.Gene
         return jnp.asarray(rng.uniform(lo, hi, size=shape).astype(np.float32)).astype(dtype)
 
     item = jnp.dtype(dtype).itemsize
-    reference = primitive(op).reference
     if op == "batch_norm_reduce_backward":
         shape = bn_shape(size, channels)
         c = shape[1]
         args = (arr(shape), arr(shape), arr((c,), -0.1, 0.1), arr((c,), 0.5, 2.0), arr((c,)))
         ours = jax.jit(lambda *a: aclnn.batch_norm_reduce_backward(*a))
-        xla = jax.jit(lambda *a: reference(*a, has_weight=True, input_g=True, weight_g=True, bias_g=True))
+        xla = on_reference_path(aclnn.batch_norm_reduce_backward, args)
 
         def torch_fn(t):  # ATen has no CPU kernel of its own: its reductions
             g, x, m, s, _ = t
@@ -135,7 +139,7 @@ def make_case(op: str, size: int, dtype: Any, channels: int, rng: np.random.Gene
     case = ELEMENTWISE[op]
     args = tuple(arr((size,) if full else (), lo, hi) for full, lo, hi in case.operands)
     ours = jax.jit(lambda *a: getattr(aclnn, op)(*a, **case.kwargs))
-    xla = jax.jit(lambda *a: reference(*a, **case.params))
+    xla = on_reference_path(lambda *a: getattr(aclnn, op)(*a, **case.kwargs), args)
     return ours, xla, case.aten, args, (sum(full for full, _, _ in case.operands) + 1) * size * item
 
 
@@ -271,7 +275,7 @@ def reuse_overhead(repeats: int, batch_size: int = 32, chain: int = 64) -> dict[
     ``chain`` dependent 16-element calls (dispatch cost only)."""
     import optax
 
-    from jax_aclnn import train
+    from jax_aclnn.cli import train
 
     data = train.load_data(None, None, seed=0)
     optimizer = optax.adam(1e-3)
@@ -407,7 +411,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     rng = np.random.default_rng(0)
     bandwidth = copy_bandwidth(args.repeats)
     print(f"memory copy bandwidth: {bandwidth:.1f} GB/s; {len(devices)} CPU device(s); "
-          f"host kernels {_ffi.host_kernel_target()}; "
+          f"host kernels {aclnn.host_kernel_target()}; "
           f"torch {'not installed' if torch is None else torch.__version__}")
     cases = [(o, s, d) for o in ops for d in dtypes for s in sizes]
     rows = [measure(o, s, d, args, rng) for o, s, d in tqdm(cases, desc="bench", unit="case",
@@ -423,9 +427,9 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         print_reuse_table(reuse)
     step = None
     if args.step_repeats > 0:
-        from jax_aclnn import _step_memory
+        from jax_aclnn.cli import step_memory
 
-        step = [_step_memory.measure(*shape, args.step_repeats) for shape in STEP_SHAPES]
+        step = [step_memory.measure(*shape, args.step_repeats) for shape in STEP_SHAPES]
         print_step_table(step)
     if out is not None:
         (out / "bench.json").write_text(json.dumps(

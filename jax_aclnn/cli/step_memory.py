@@ -7,25 +7,23 @@ or ``hardshrink`` (odd ones); a logit head on the first feature feeds
 ``smooth_l1_loss``. The three programs:
 
 * ``aclnn``: through jax_aclnn (the aclnn custom calls);
-* ``reference``: the same model under ``JAX_ACLNN_REFERENCE=all`` (the same
-  differentiation rules, every operator its pure-JAX reference);
+* ``reference``: the same model under :func:`jax_aclnn.reference_path` (the
+  same differentiation rules, every operator its pure-JAX reference);
 * ``jnp``: the same formulas in ``jax.numpy``, differentiated by JAX itself.
 """
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 import jax_aclnn as aclnn
-from jax_aclnn._primitive import REFERENCE_ENV
 
 MODES = ("aclnn", "reference", "jnp")
 
@@ -62,26 +60,10 @@ def inputs(batch: int, width: int, layers: int) -> tuple[Any, jax.Array, jax.Arr
     return params, x, jnp.zeros((batch, 1))
 
 
-@contextmanager
-def _reference(on: bool) -> Iterator[None]:
-    """``JAX_ACLNN_REFERENCE=all`` while tracing, when ``on``."""
-    previous = os.environ.get(REFERENCE_ENV)
-    if on:
-        os.environ[REFERENCE_ENV] = "all"
-    try:
-        yield
-    finally:
-        if on:
-            if previous is None:
-                del os.environ[REFERENCE_ENV]
-            else:
-                os.environ[REFERENCE_ENV] = previous
-
-
 def compiled_step(mode: str, batch: int, width: int, layers: int) -> Any:
     """``jax.jit(jax.grad(loss))`` compiled for ``mode`` (one of :data:`MODES`)."""
     step = jax.jit(jax.grad(lambda p, x, y: loss(p, x, y, use_jnp=mode == "jnp")))
-    with _reference(mode == "reference"):
+    with aclnn.reference_path() if mode == "reference" else nullcontext():
         return step.lower(*inputs(batch, width, layers)).compile()
 
 

@@ -1,0 +1,84 @@
+"""Batching helpers shared by the operators' batching rules (``vmap``):
+moving the batch axis in front, and merging dimensions when the batch axis
+takes an operand past aclnn's rank limit."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from jax_aclnn import _checks, _compat
+
+
+def merged_shapes(op: str, names: Sequence[str],
+                  shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """Shapes of broadcasting operands with as few dimensions as broadcasting allows.
+
+    Dimensions of size 1 in the broadcast shape are dropped, and a run of
+    adjacent dimensions merges into one where every operand either has all
+    of them or broadcasts along all of them (size 1). Every operand gets the
+    merged rank; reshaped to these shapes, the operands broadcast to the
+    merged broadcast shape, whose elements are those of the original one in
+    the same (row-major) order.
+
+    Raises:
+      ValueError: more than 8 dimensions remain (aclnn's rank limit), naming
+        ``op`` and the operands' shapes.
+    """
+    shape = tuple(np.broadcast_shapes(*shapes))
+    padded = [(1,) * (len(shape) - len(s)) + tuple(s) for s in shapes]
+    groups: list[tuple[tuple[bool, ...], int]] = []  # (which operands have it, size)
+    for i, n in enumerate(shape):
+        if n == 1:
+            continue
+        has = tuple(p[i] != 1 for p in padded)
+        if groups and groups[-1][0] == has:
+            groups[-1] = (has, groups[-1][1] * n)
+        else:
+            groups.append((has, n))
+    if len(groups) > _checks.MAX_RANK:
+        listing = ", ".join(f"{n}{tuple(s)}" for n, s in zip(names, shapes))
+        too_long = ", ".join(n for n, s in zip(names, shapes) if len(s) > _checks.MAX_RANK)
+        raise ValueError(
+            f"{op}: with vmap's batch axis {too_long} has rank {len(shape)} (shapes "
+            f"{listing}); broadcasting leaves {len(groups)} dimensions that cannot be merged, "
+            f"and the aclnn operator takes at most {_checks.MAX_RANK}"
+        )
+    return [tuple(size if has[k] else 1 for has, size in groups) for k in range(len(shapes))]
+
+
+def batch_size(args: Sequence[Any], dims: Sequence[Any]) -> int:
+    return next(a.shape[d] for a, d in zip(args, dims) if d is not _compat.not_mapped)
+
+
+def batch_broadcasting(args: Sequence[Any], dims: Sequence[Any]) -> list[Any]:
+    """Operands of a broadcasting operator with the batch axis in front.
+
+    Mapped operands get their batch axis moved to 0 and size-1 axes after it
+    up to the largest per-example rank, so that numpy broadcasting still
+    aligns the per-example axes; unmapped operands broadcast as they are.
+    The result has the batch axis at 0.
+    """
+    size = batch_size(args, dims)
+    rank = max(a.ndim - (d is not _compat.not_mapped) for a, d in zip(args, dims))
+    out = []
+    for a, d in zip(args, dims):
+        if d is not _compat.not_mapped:
+            a = jnp.moveaxis(a, d, 0)
+            a = a.reshape((size,) + (1,) * (rank - a.ndim + 1) + a.shape[1:])
+        out.append(a)
+    return out
+
+
+def batch_same_shape(args: Sequence[Any], dims: Sequence[Any]) -> list[Any]:
+    """Operands of a same-shape operator, all with the batch axis at 0."""
+    size = batch_size(args, dims)
+    return [
+        jnp.broadcast_to(a, (size,) + a.shape)
+        if d is _compat.not_mapped
+        else jnp.moveaxis(a, d, 0)
+        for a, d in zip(args, dims)
+    ]
