@@ -18,6 +18,7 @@ bundled diabetes set (442 patients, 10 features), the target scaled into
 from __future__ import annotations
 
 import argparse
+import math
 
 import flax.linen as nn
 import jax
@@ -138,18 +139,54 @@ def train_nnx(args, train, val):
     return run_step, run_eval
 
 
+class Parser(argparse.ArgumentParser):
+    """Reports a bad argument on one line with exit status 2 (no usage block)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def integer(minimum: int, maximum: int | None = None):
+    """An argparse ``type``: an integer from ``minimum`` to ``maximum`` (if given)."""
+    wanted = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum or (maximum is not None and value > maximum):
+            raise argparse.ArgumentTypeError(f"must be an integer {wanted}, got {text!r}")
+        return value
+
+    return parse
+
+
+def positive(text: str) -> float:
+    """An argparse ``type``: a finite number above zero."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+    return value
+
+
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--api", choices=["linen", "nnx"], default="nnx", help="Flax API (default nnx)")
-    parser.add_argument("--steps", type=int, default=300, help="optimizer steps (default 300)")
-    parser.add_argument("--batch-size", type=int, default=64, help="examples per step (default 64)")
-    parser.add_argument("--hidden", type=int, default=64, help="hidden width (default 64)")
-    parser.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate (default 3e-3)")
-    parser.add_argument("--seed", type=int, default=0, help="data split, init and batches (default 0)")
-    parser.add_argument("--log-every", type=int, default=50, help="steps between loss lines")
+    parser.add_argument("--steps", type=integer(1), default=300, help="optimizer steps (default 300)")
+    parser.add_argument("--batch-size", type=integer(1), default=64, help="examples per step (default 64)")
+    parser.add_argument("--hidden", type=integer(1), default=64, help="hidden width (default 64)")
+    parser.add_argument("--lr", type=positive, default=3e-3, help="Adam learning rate (default 3e-3)")
+    parser.add_argument("--seed", type=integer(0, 2**63 - 1), default=0, help="data split, init and batches (default 0)")
+    parser.add_argument("--log-every", type=integer(1), default=50, help="steps between loss lines (default 50)")
     args = parser.parse_args(argv)
 
     train, val = load(args.seed)
+    if args.batch_size > len(train[0]):
+        parser.error(f"--batch-size {args.batch_size} is more than the {len(train[0])} training rows")
     run_step, run_eval = (train_linen if args.api == "linen" else train_nnx)(args, train, val)
     print(f"{args.api}: validation loss before training {float(run_eval()):.5f}")
     batches = np.random.default_rng(args.seed)

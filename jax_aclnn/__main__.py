@@ -11,7 +11,15 @@ import argparse
 import sys
 import traceback
 
-from jax_aclnn.cli.common import PROG, Parser, UsageError, add_debug_argument, debugging, require_cli_packages
+from jax_aclnn.cli.common import (
+    PROG,
+    Parser,
+    UsageError,
+    add_debug_argument,
+    check_environment,
+    debugging,
+    require_cli_packages,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     for p in sub.choices.values():
         add_debug_argument(p)
+        p.set_defaults(parser=p)  # reports the command's unrecognized arguments
     return parser
 
 
@@ -44,8 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     prog = PROG
     try:
         require_cli_packages()  # before the commands' modules import them
-        args = build_parser().parse_args(argv)
+        args, unrecognized = build_parser().parse_known_args(argv)
         prog = f"{PROG} {args.command}"
+        if unrecognized:
+            args.parser.error(f"unrecognized arguments: {' '.join(unrecognized)}")
+        check_environment()
         args.run(args)
     except UsageError as e:
         if debugging(argv):

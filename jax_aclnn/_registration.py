@@ -49,8 +49,13 @@ def ensure_npu_registered() -> None:
     started first, so that the type is registered at once, before the
     targets. Without an NPU plugin the registrations are only queued in
     jaxlib, which is harmless.
+
+    Raises:
+      ValueError: ``$JAX_ACLNN_EXECUTOR_REUSE`` or ``$JAX_ACLNN_NPU_PLATFORM``
+        has a value jax_aclnn does not take.
     """
     global _npu_registered
+    _switches.executor_reuse_from_env()  # refuses a bad value, which import let pass
     with _npu_lock:
         if _npu_registered:
             return

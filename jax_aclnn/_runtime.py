@@ -97,8 +97,11 @@ def build_info() -> dict[str, Any]:
       name, ``$JAX_ACLNN_NPU_PLATFORM`` or ``"npu"``)``}``.
 
     Raises:
-      ValueError: ``$JAX_ACLNN_NPU_PLATFORM`` names the CPU platform.
+      ValueError: ``$JAX_ACLNN_NPU_PLATFORM`` names the CPU platform, or
+        ``$JAX_ACLNN_EXECUTOR_REUSE`` is neither ``0`` nor ``1`` (the
+        switches an operator's first lowering checks).
     """
+    _switches.executor_reuse_from_env()
     return {
         "build": _aclnn_ffi.build_info(),
         "host_kernel_target": host_kernel_target(),

@@ -5,7 +5,9 @@
   such as ``swish_backward,logit_grad``; :func:`jax_aclnn.reference_path`
   does the same for a block of code (:data:`forced_in_context`);
 * ``JAX_ACLNN_NPU_PLATFORM``: the Ascend PJRT plugin's platform name;
-* ``JAX_ACLNN_EXECUTOR_REUSE``: ``0`` turns executor reuse off from import on.
+* ``JAX_ACLNN_EXECUTOR_REUSE``: ``0`` turns executor reuse off from import on
+  (``1``, the default, on; another value is refused when an operator is
+  first lowered).
 """
 
 from __future__ import annotations
@@ -61,5 +63,23 @@ def npu_platform() -> str:
 
 
 def executor_reuse_at_import() -> bool:
-    """Executor reuse as ``$JAX_ACLNN_EXECUTOR_REUSE`` sets it at import (on unless ``0``)."""
-    return os.environ.get(EXECUTOR_REUSE_ENV, "1") != "0"
+    """Executor reuse as ``$JAX_ACLNN_EXECUTOR_REUSE`` sets it at import (on
+    unless ``0``). A value other than ``0`` and ``1`` is not refused here (an
+    import error would be a traceback even in ``python -m jax_aclnn``, which
+    checks first) but by :func:`executor_reuse_from_env` when an operator is
+    first lowered."""
+    return os.environ.get(EXECUTOR_REUSE_ENV, "1").strip() != "0"
+
+
+def executor_reuse_from_env() -> bool:
+    """Whether ``$JAX_ACLNN_EXECUTOR_REUSE`` turns executor reuse on: unset
+    or ``1`` on, ``0`` off.
+
+    Raises:
+      ValueError: any other value, naming the variable.
+    """
+    value = os.environ.get(EXECUTOR_REUSE_ENV, "1")
+    if value.strip() not in ("0", "1"):
+        raise ValueError(f"{EXECUTOR_REUSE_ENV}={value!r}: expected 1 (reuse executors, the "
+                         "default) or 0 (do not); set one of them, or unset it")
+    return value.strip() == "1"

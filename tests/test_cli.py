@@ -87,7 +87,7 @@ def test_train_on_messy_wine_data(capsys, tmp_path):
     assert err.splitlines() == [
         "jax_aclnn train: warning: wine.csv: left out column 'name': not numeric ('wine 0' on line 2) "
         "and 178 distinct values (one-hot encoding takes at most 10)",
-        "jax_aclnn train: warning: wine.csv: one-hot encoded text column 'colour' (3 values: red, rose, white)",
+        "jax_aclnn train: warning: wine.csv: one-hot encoded text column 'colour' (3 values: 'red', 'rose', 'white')",
         "jax_aclnn train: warning: wine.csv: dropped 1 of 178 rows with missing values",
     ]
 
@@ -110,7 +110,7 @@ def test_csv_rules(tmp_path):
     assert table.features == ["size", "city=Oslo, NO", "city=Rome"]
     np.testing.assert_array_equal(table.x, [[1.5, 1, 0], [4, 0, 1], [5, 1, 0]])
     np.testing.assert_array_equal(table.y, [10, 40, -1])
-    assert table.notes == ["one-hot encoded text column 'city' (2 values: Oslo, NO, Rome)",
+    assert table.notes == ["one-hot encoded text column 'city' (2 values: 'Oslo, NO', 'Rome')",
                            "left out column '(unnamed column 4)': no values",
                            "dropped 3 of 6 rows with missing values"]
 

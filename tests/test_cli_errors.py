@@ -5,15 +5,22 @@ traceback unless asked for. The commands run in this process through
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import runpy
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
+import jax
+import numpy as np
 import pytest
 
 from jax_aclnn.__main__ import main
 
 PROG = "python -m jax_aclnn"
+ROOT = Path(__file__).resolve().parents[1]
 CLI_PACKAGES = {"optax": "optax", "sklearn": "scikit-learn", "tqdm": "tqdm", "rich": "rich",
                 "matplotlib": "matplotlib"}
 
@@ -163,7 +170,7 @@ def test_batch_larger_than_the_training_rows(capsys, tmp_path):
     (["train", "--devices", "0"], "argument --devices: must be an integer >= 1"),
     (["train", "--lr", "0"], "argument --lr: must be a number > 0, got '0'"),
     (["train", "--lr", "nan"], "argument --lr: must be a number > 0, got 'nan'"),
-    (["train", "--seed", "-1"], "argument --seed: must be an integer >= 0, got '-1'"),
+    (["train", "--seed", "-1"], f"argument --seed: must be an integer from 0 to {2**63 - 1}, got '-1'"),
     (["train", "--dtype", "float64"], "argument --dtype: invalid choice: 'float64'"),
     (["train", "--frobnicate"], "unrecognized arguments: --frobnicate"),
     (["train", "--devices", "3"], "--batch-size 32 must be a multiple of --devices 3"),
@@ -182,6 +189,7 @@ def test_batch_larger_than_the_training_rows(capsys, tmp_path):
     (["info", "--verbose"], "unrecognized arguments: --verbose"),
 ])
 def test_bad_option_values(capsys, argv, message):
+    jax.devices()  # JAX's CPU backend started with conftest's 8 devices (--devices 64 asks for more)
     assert message in error_of(capsys, *argv)
 
 
@@ -253,3 +261,157 @@ def test_the_library_imports_no_cli_package():
                          timeout=120, cwd=tempfile.gettempdir())
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+# --- from the shell (issue 19): one line on stderr, exit status 2, no traceback ----------
+# Each runs as a user would, outside the source tree; arguments that would train
+# or measure on a failing version (epochs, sizes) are kept small.
+
+TINY_TRAIN = ["--epochs", "1", "--ensemble", "1"]
+TINY_BENCH = ["--ops", "logit_grad", "--dtypes", "float32", "--sizes", "1K", "--repeats", "1",
+              "--reuse-repeats", "0", "--step-repeats", "0", "--quiet"]
+HAS_CUDA_PLUGIN = any(importlib.util.find_spec(m) is not None
+                      for m in ("jax_cuda12_plugin", "jax_cuda13_plugin"))
+
+
+def shell(*argv: str, env: dict[str, str] | None = None, merge: bool = False) -> subprocess.CompletedProcess:
+    """``python ARGV`` in a temporary folder (the installed package); with
+    ``merge``, stderr goes to stdout's pipe, as in ``> log 2>&1``."""
+    return subprocess.run([sys.executable, *argv], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT if merge else subprocess.PIPE, text=True,
+                          timeout=300, cwd=tempfile.gettempdir(), env={**os.environ, **(env or {})})
+
+
+def shell_error(*argv: str, env: dict[str, str] | None = None) -> str:
+    """The one stderr line of ``python ARGV``, which must fail as a user error."""
+    out = shell(*argv, env=env)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv, env, message", [
+    (["train", "--plot", ""], {}, "train: error: --plot needs a file name, e.g. --plot loss.png"),
+    (["train", "--plot", "/proc/loss.png"], {},
+     "train: error: --plot /proc/loss.png: cannot write there (No such file or directory)"),
+    (["train", "--seed", str(2**64)], {}, "train: error: argument --seed: must be an integer "
+     f"from 0 to {2**63 - 1}, got '{2**64}'"),
+    (["bench", "--sizes", "64G"], {},
+     "bench: error: --sizes: a case of 68,719,476,736 elements needs about 2,304.0 GiB of memory, "),
+    (["bench", *TINY_BENCH, "--bn-memory-channels", "64G"], {},
+     "bench: error: --bn-memory-channels 68,719,476,736 needs about 16,384.0 GiB of memory, "),
+    (["train", "--bogus"], {},
+     f"train: error: unrecognized arguments: --bogus (see {PROG} train --help)"),
+    (["train"], {"JAX_ACLNN_EXECUTOR_REUSE": "banana"},
+     "train: error: JAX_ACLNN_EXECUTOR_REUSE='banana': expected 1 (reuse executors, the default) or 0"),
+    pytest.param(["train"], {"JAX_PLATFORMS": "cuda"},
+                 "train: error: JAX_PLATFORMS=cuda: no cuda device on this machine; set JAX_PLATFORMS",
+                 marks=pytest.mark.skipif(HAS_CUDA_PLUGIN, reason="a CUDA plugin is installed")),
+    (["info"], {"JAX_ACLNN_NPU_PLATFORM": "cpu"}, "info: error: JAX_ACLNN_NPU_PLATFORM='cpu' names"),
+])
+def test_tool_inputs_from_the_shell(argv, env, message):
+    if argv[0] == "train":
+        argv = [*argv, *TINY_TRAIN]
+    assert shell_error("-m", "jax_aclnn", *argv, env=env).startswith(f"{PROG} {message}")
+
+
+def test_plot_path_that_is_a_folder(tmp_path):
+    folder = tmp_path / "curve.png"
+    folder.mkdir()
+    assert shell_error("-m", "jax_aclnn", "train", "--plot", str(folder), *TINY_TRAIN) == (
+        f"{PROG} train: error: --plot {folder} is a folder; give a file name, e.g. {folder}/loss.png")
+
+
+def test_unclosed_quote_is_reported_at_its_line(tmp_path):
+    csv = write(tmp_path / "q.csv", 'a,b,y\n1,"2,3\n4,5,6\n' + numeric_rows(20))
+    assert shell_error("-m", "jax_aclnn", "train", "--data", csv, "--target", "y") == (
+        f"{PROG} train: error: line 2 of {csv} opens a quoted value that is not closed before "
+        "the end of the file; add the closing quote")
+
+
+def test_a_diverging_run_does_not_end_well():
+    line = shell_error("-m", "jax_aclnn", "train", "--lr", "1e30", "--epochs", "2", "--ensemble", "1")
+    assert line.startswith(f"{PROG} train: error: training diverged: train loss nan")
+    assert line.endswith("in epoch 1; lower --lr (now 1e+30)")
+
+
+def test_extreme_csv_values_train_as_their_scaled_copy(tmp_path):
+    """A feature column near 1e200 was zeroed (its std overflowed) and a
+    target spanning +-1.7e308 trained on NaN losses: both train exactly as
+    the same data at unit scale (standardizing is scale-invariant)."""
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(2, 60))
+    y = a - 2 * b + 0.1 * rng.normal(size=60)
+
+    def curve(name: str, a, y) -> list[str]:
+        path = tmp_path / name
+        np.savetxt(path, np.column_stack([a, b, y]), delimiter=",", header="a,b,y", comments="")
+        out = shell("-m", "jax_aclnn", "train", "--data", str(path), "--target", "y", "--epochs", "2",
+                    "--ensemble", "1", "--batch-size", "8", "--quiet")
+        assert out.returncode == 0 and out.stderr == "", out.stderr  # no overflow warning
+        return [line for line in out.stdout.splitlines() if line.startswith("epoch")]
+
+    plain = curve("plain.csv", a, y)
+    assert len(plain) == 2 and "nan" not in "".join(plain)
+    assert curve("extreme.csv", a * 1e200, y / np.abs(y).max() * 1.7e308) == plain
+
+
+def test_no_progress_frames_when_stdout_is_not_a_terminal():
+    out = shell("-m", "jax_aclnn", "train", "--epochs", "2", "--ensemble", "1", merge=True)
+    assert out.returncode == 0, out.stdout
+    assert "\r" not in out.stdout and "epochs:" not in out.stdout
+    assert [line[:9] for line in out.stdout.splitlines() if line.startswith("epoch")] == ["epoch   1", "epoch   2"]
+
+
+def test_a_failing_child_shows_its_own_error_first(capsys, monkeypatch):
+    monkeypatch.setattr("jax_aclnn.cli.bench._BN_MEMORY_SCRIPT", "import sys; sys.exit('child: no memory today')")
+    assert main(["bench", *TINY_BENCH, "--bn-memory-channels", "16"]) == 2
+    out = capsys.readouterr()
+    assert out.out == ""  # nothing was measured first
+    assert out.err == (f"{PROG} bench: error: --bn-memory-channels 16: the measuring process (aclnn) "
+                       "failed: child: no memory today\n")
+
+
+@pytest.mark.parametrize("value, reuse", [("banana", None), ("0", False), ("1", True)])
+def test_executor_reuse_variable(value, reuse):
+    """The library refuses a bad value when an operator is first lowered."""
+    script = ("import jax.numpy as jnp, jax_aclnn; x = jnp.ones(4); "
+              "jax_aclnn.hardshrink_backward(x, x, lambd=0.1); print(jax_aclnn.set_executor_reuse(True))")
+    out = shell("-c", script, env={"JAX_ACLNN_EXECUTOR_REUSE": value})
+    if reuse is None:
+        assert out.returncode == 1
+        assert ("ValueError: JAX_ACLNN_EXECUTOR_REUSE='banana': expected 1 (reuse executors, the "
+                "default) or 0 (do not); set one of them, or unset it") in out.stderr.splitlines()
+    else:
+        assert out.returncode == 0 and out.stdout.strip() == str(reuse), out.stderr
+
+
+@pytest.fixture(scope="module")
+def flax_example():
+    """examples/train_flax.py's ``main(argv)``."""
+    pytest.importorskip("flax")
+    return runpy.run_path(str(ROOT / "examples" / "train_flax.py"), run_name="train_flax")["main"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--log-every", "0"], "argument --log-every: must be an integer >= 1, got '0'"),
+    (["--hidden", "0"], "argument --hidden: must be an integer >= 1, got '0'"),
+    (["--batch-size", "0"], "argument --batch-size: must be an integer >= 1, got '0'"),
+    (["--batch-size", "100000"], "--batch-size 100000 is more than the 353 training rows"),
+    (["--seed", str(2**63)], f"argument --seed: must be an integer from 0 to {2**63 - 1}"),
+    (["--lr", "-1"], "argument --lr: must be a number > 0, got '-1'"),
+])
+def test_flax_example_arguments(capsys, monkeypatch, flax_example, argv, message):
+    monkeypatch.setattr(sys, "argv", ["train_flax.py"])  # argparse's prog
+    with pytest.raises(SystemExit) as exit:
+        flax_example([*argv, "--steps", "2"])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(f"train_flax.py: error: {message}")
+
+
+def test_flax_example_argument_from_the_shell():
+    pytest.importorskip("flax")
+    line = shell_error(str(ROOT / "examples" / "train_flax.py"), "--log-every", "0")
+    assert line == "train_flax.py: error: argument --log-every: must be an integer >= 1, got '0' (see --help)"

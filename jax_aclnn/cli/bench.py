@@ -54,7 +54,7 @@ import numpy as np
 from tqdm import tqdm
 
 import jax_aclnn as aclnn
-from jax_aclnn.cli.common import UsageError, comma_list, integer, one_of
+from jax_aclnn.cli.common import UsageError, comma_list, integer, jax_devices, one_of, progress_disabled
 
 OPS = list(aclnn.ops.OPERATOR_NAMES)
 DEFAULT_SIZES = "1K,64K,1M,16M"
@@ -141,6 +141,44 @@ def make_case(op: str, size: int, dtype: Any, channels: int, rng: np.random.Gene
     ours = jax.jit(lambda *a: getattr(aclnn, op)(*a, **case.kwargs))
     xla = on_reference_path(lambda *a: getattr(aclnn, op)(*a, **case.kwargs), args)
     return ours, xla, case.aten, args, (sum(full for full, _, _ in case.operands) + 1) * size * item
+
+
+def case_bytes(op: str, size: int) -> int:
+    """About the peak memory of measuring one case: the inputs, their torch
+    copies and three outputs, each counted as float32, and the float64 draw
+    of the random inputs."""
+    full = 2 if op == "batch_norm_reduce_backward" else sum(f for f, _, _ in ELEMENTWISE[op].operands)
+    return size * (8 + 4 * (2 * full + 3))
+
+
+#: About the memory of ``--bn-memory-channels``' child process per channel:
+#: its two (16, C) float32 inputs, their random bits and the call's temporaries.
+BN_MEMORY_BYTES_PER_CHANNEL = 16 * 4 * 4
+
+
+def available_memory() -> int:
+    """Bytes a new allocation can have: Linux's ``MemAvailable``, else the
+    physical memory."""
+    try:
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_memory(args: argparse.Namespace) -> None:
+    """Refuses ``--sizes`` and ``--bn-memory-channels`` that cannot fit in
+    the available memory, before anything is measured."""
+    available = available_memory()
+    gib = lambda n: f"{n / 2**30:,.1f} GiB"  # noqa: E731
+    need, size = max((case_bytes(op, size), size) for op in args.ops for size in args.sizes)
+    if need > available:
+        raise UsageError(f"--sizes: a case of {size:,} elements needs about {gib(need)} of memory, "
+                         f"{gib(available)} available; choose smaller sizes")
+    need = BN_MEMORY_BYTES_PER_CHANNEL * (args.bn_memory_channels or 0)
+    if need > available:
+        raise UsageError(f"--bn-memory-channels {args.bn_memory_channels:,} needs about {gib(need)} "
+                         f"of memory, {gib(available)} available; choose fewer channels")
 
 
 def to_torch(a: jax.Array):
@@ -333,10 +371,16 @@ def bn_reduce_memory(channels: int) -> dict[str, dict[str, float]]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([package_root, os.environ.get("PYTHONPATH", "")]))
     results = {}
     for path, reference in (("aclnn", ""), ("pure JAX", "batch_norm_reduce_backward")):
-        out = subprocess.run([sys.executable, "-c", _BN_MEMORY_SCRIPT, str(channels)],
-                             env=dict(env, JAX_ACLNN_REFERENCE=reference), capture_output=True,
-                             text=True, check=True).stdout.split()
-        before, after, freed = map(float, out)
+        child = subprocess.run([sys.executable, "-c", _BN_MEMORY_SCRIPT, str(channels)],
+                               env=dict(env, JAX_ACLNN_REFERENCE=reference), capture_output=True,
+                               text=True)
+        if child.returncode:
+            error = child.stderr.strip().splitlines() or [
+                f"killed by signal {-child.returncode}" if child.returncode < 0
+                else f"exit status {child.returncode}"]
+            raise UsageError(f"--bn-memory-channels {channels:,}: the measuring process ({path}) "
+                             f"failed: {error[-1]}")
+        before, after, freed = map(float, child.stdout.split())
         results[path] = {"before_mib": before, "after_call_mib": after, "after_clear_caches_mib": freed}
     return results
 
@@ -359,21 +403,24 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     except ImportError:
         torch = None
     ops, sizes, dtypes = args.ops, args.sizes, [jnp.dtype(d) for d in args.dtypes]
+    check_memory(args)
+    devices = jax_devices()
     out = output_folder(args.out) if args.out else None
+    # first, so that a failing child process stops the run before the measurements
+    memory = bn_reduce_memory(args.bn_memory_channels) if args.bn_memory_channels else None
     rng = np.random.default_rng(0)
     bandwidth = copy_bandwidth(args.repeats)
     build = aclnn.build_info()
-    print(f"memory copy bandwidth: {bandwidth:.1f} GB/s; {jax.device_count()} CPU device(s); "
+    print(f"memory copy bandwidth: {bandwidth:.1f} GB/s; {len(devices)} CPU device(s); "
           f"host kernels {build['host_kernel_target']} (float16: {build['host_half_conversions']}); "
           f"torch {'not installed' if torch is None else torch.__version__}")
     cases = [(o, s, d) for o in ops for d in dtypes for s in sizes]
-    rows = [measure(o, s, d, args, rng) for o, s, d in tqdm(cases, desc="bench", unit="case", disable=args.quiet)]
+    rows = [measure(o, s, d, args, rng) for o, s, d in tqdm(cases, desc="bench", unit="case",
+                                                         disable=progress_disabled(args.quiet))]
     for r in rows:
         r["copy_fraction"] = r["aclnn_gbps"] / bandwidth
     print_results(rows, bandwidth)
-    memory = None
-    if args.bn_memory_channels:
-        memory = bn_reduce_memory(args.bn_memory_channels)
+    if memory is not None:
         print_memory_table(args.bn_memory_channels, memory)
     reuse = None
     if args.reuse_repeats > 0:

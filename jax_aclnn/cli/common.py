@@ -13,11 +13,14 @@ import argparse
 import importlib.util
 import math
 import os
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 PROG = "python -m jax_aclnn"
 DEBUG_ENV = "JAX_ACLNN_DEBUG"
+#: The largest seed: JAX's keys and NumPy's generators take a signed 64-bit integer.
+MAX_SEED = 2**63 - 1
 
 #: What the commands import beyond the library, by import name: the name
 #: pip knows it by. ``pip install "jax_aclnn[cli]"`` installs them all.
@@ -68,6 +71,44 @@ def require_cli_packages() -> None:
     if missing:
         raise UsageError(f"the command line needs {', '.join(missing)}, not installed; "
                          f"install it with: {CLI_INSTALL}")
+
+
+def check_environment() -> None:
+    """Raises :class:`UsageError` for a jax_aclnn environment variable set
+    to a value the library refuses (it would refuse it only when an
+    operator is first compiled; :func:`jax_aclnn.build_info` checks them)."""
+    import jax_aclnn as aclnn
+
+    try:
+        aclnn.build_info()
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def jax_devices() -> list[Any]:
+    """``jax.devices()``; :class:`UsageError` if JAX cannot start the
+    platforms ``$JAX_PLATFORMS`` names (JAX itself ends in a bare
+    ``AssertionError`` when it skips a ``cuda`` without a GPU)."""
+    import jax
+
+    try:
+        return jax.devices()
+    except (AssertionError, RuntimeError) as e:
+        platforms = jax.config.jax_platforms
+        if not platforms:
+            raise
+        detail = str(e).splitlines()[0] if str(e) else (
+            f"no {' or '.join(platforms.split(','))} device on this machine; set JAX_PLATFORMS "
+            "to a platform it has (e.g. cpu), or unset it")
+        raise UsageError(f"JAX_PLATFORMS={platforms}: {detail}") from None
+
+
+def progress_disabled(quiet: bool) -> bool | None:
+    """tqdm's ``disable``: off when ``quiet`` or when stdout is not a terminal
+    (a log file, CI: the bar's carriage-return frames would interleave with
+    the printed lines); ``None`` lets tqdm also turn it off when stderr is
+    not a terminal."""
+    return True if quiet or not sys.stdout.isatty() else None
 
 
 def integer(minimum: int, maximum: int | None = None) -> Callable[[str], int]:

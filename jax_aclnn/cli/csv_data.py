@@ -73,7 +73,7 @@ def read_regression_csv(path: str, target: str) -> Table:
             features += [f"{col.name}={c}" for c in col.categories]
             blocks.append(col.one_hot())
             notes.append(f"one-hot encoded text column {col.name!r} "
-                         f"({len(col.categories)} values: {', '.join(col.categories)})")
+                         f"({len(col.categories)} values: {', '.join(map(repr, col.categories))})")
         else:
             notes.append(f"left out column {col.name!r}: not numeric ({col.text!r} on line "
                          f"{col.text_line}) and {len(col.categories)} distinct values (one-hot "
@@ -121,11 +121,17 @@ class _Column:
 
 
 def _read(path: str) -> tuple[list[str], list[tuple[int, list[str]]]]:
-    """The header's column names and the non-blank rows with their line numbers."""
+    """The header's column names and the non-blank rows with the lines they
+    start on (a quoted value can span lines)."""
+    start = 1  # the line of the record being read
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
-            reader = csv.reader(f)
-            records = [(reader.line_num, row) for row in reader if any(c.strip() for c in row)]
+            reader = csv.reader(f, strict=True)  # strict: an unclosed quote is an error
+            records = []
+            for row in reader:
+                if any(c.strip() for c in row):
+                    records.append((start, row))
+                start = reader.line_num + 1
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file; check the --data path") from None
     except IsADirectoryError:
@@ -136,7 +142,10 @@ def _read(path: str) -> tuple[list[str], list[tuple[int, list[str]]]]:
         raise UsageError(f"{path} is not a CSV text file (byte {e.object[e.start]:#04x} at offset "
                          f"{e.start} is not UTF-8 text); save it as a UTF-8 CSV") from None
     except csv.Error as e:
-        raise UsageError(f"{path} is not a readable CSV file ({e}); save it as a UTF-8 CSV") from None
+        if "end of data" in str(e):
+            raise UsageError(f"line {start} of {path} opens a quoted value that is not closed before "
+                             "the end of the file; add the closing quote") from None
+        raise UsageError(f"line {start} of {path} is not readable CSV ({e}); save it as a UTF-8 CSV") from None
     except OSError as e:
         raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
     if not records:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import jax
 
 import jax_aclnn as aclnn
+from jax_aclnn.cli.common import jax_devices
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -23,7 +24,7 @@ def collect() -> dict[str, object]:
         cann = f"found: {aclnn.load_cann()}"
     except RuntimeError as e:
         cann = f"not found ({e})"
-    platforms = sorted({d.platform for d in jax.devices()})
+    platforms = sorted({d.platform for d in jax_devices()})
     build = aclnn.build_info()
     return {
         "jax_aclnn": aclnn.__version__,

@@ -19,6 +19,7 @@ and is evaluated in one vmapped call at the end.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from jax.sharding import PartitionSpec as P
 from tqdm import tqdm
 
 import jax_aclnn as aclnn
-from jax_aclnn.cli.common import UsageError, integer, positive_float
+from jax_aclnn.cli.common import MAX_SEED, UsageError, integer, jax_devices, positive_float, progress_disabled
 from jax_aclnn.cli.csv_data import MAX_CATEGORIES, read_regression_csv
 
 HIDDEN = 64
@@ -77,15 +78,25 @@ def load_data(csv: str | None, target: str | None, seed: int) -> Data:
                          + "".join(f"; {n}" for n in notes)
                          + f"; train needs at least {MIN_ROWS}")
     order = np.random.default_rng(seed).permutation(len(x))
-    x, y = x[order], y[order]
+    x, y = unit_scaled(x[order]), unit_scaled(y[order])
     split = int(0.8 * len(x))
-    mu, sd = x[:split].mean(0), x[:split].std(0) + 1e-8
+    mu, sd = x[:split].mean(0), x[:split].std(0)
+    sd[sd == 0] = 1.0  # a constant column: all zeros
     lo, hi = y[:split].min(), y[:split].max()
     a, b = TARGET_RANGE
     scale = lambda v: np.clip(a + (b - a) * (v - lo) / (hi - lo + 1e-12), 0.01, 0.99)  # noqa: E731
     xs = ((x - mu) / sd).astype(np.float32)
     ys = scale(y).astype(np.float32)
     return Data(xs[:split], ys[:split], xs[split:], ys[split:], name, notes)
+
+
+def unit_scaled(a: np.ndarray) -> np.ndarray:
+    """``a`` divided by each column's largest magnitude (a column of zeros
+    as it is): values in [-1, 1], whose mean, standard deviation and range
+    cannot overflow float64 (those of values near 1e200 or 1.7e308 do).
+    Standardizing and min-max scaling give the same result either way."""
+    biggest = np.abs(a).max(axis=0)
+    return a / np.where(biggest > 0, biggest, 1.0)
 
 
 def init_params(key: jax.Array, features: int) -> dict[str, jax.Array]:
@@ -190,7 +201,7 @@ def data_parallel_mesh(devices: int, batch_size: int) -> Mesh:
             jax.config.update("jax_num_cpu_devices", devices)
         except RuntimeError:
             pass  # JAX has started already: use the devices it has
-    available = jax.devices()
+    available = jax_devices()
     if len(available) < devices:
         raise UsageError(f"--devices {devices}: only {len(available)} {available[0].platform} "
                          f"device(s); on the CPU set JAX_NUM_CPU_DEVICES={devices} or run "
@@ -203,16 +214,36 @@ def check_options(args: argparse.Namespace) -> None:
     after training."""
     if args.target is not None and args.data is None:
         raise UsageError(f"--target {args.target} needs --data FILE.csv (the diabetes data has its own target)")
-    if args.plot:
-        folder = Path(args.plot).resolve().parent
-        if not folder.is_dir():
-            raise UsageError(f"--plot {args.plot}: no folder {folder}; create it or pick another path")
-        from matplotlib.figure import Figure
+    if args.plot is not None:
+        check_plot_path(args.plot)
 
-        formats = Figure().canvas.get_supported_filetypes()
-        if Path(args.plot).suffix.lower().lstrip(".") not in formats:
-            raise UsageError(f"--plot {args.plot}: not an image type matplotlib writes; "
-                             "end the name with .png (or .pdf, .svg)")
+
+def check_plot_path(path: str) -> None:
+    """Refuses a ``--plot`` path that cannot take the image: empty, a folder,
+    in a missing folder, not an image type, or not writable (tried by
+    opening it for appending, and removing it again if it was not there)."""
+    if not path.strip():
+        raise UsageError("--plot needs a file name, e.g. --plot loss.png")
+    plot = Path(path)
+    if plot.is_dir():
+        raise UsageError(f"--plot {path} is a folder; give a file name, e.g. {plot / 'loss.png'}")
+    folder = plot.resolve().parent
+    if not folder.is_dir():
+        raise UsageError(f"--plot {path}: no folder {folder}; create it or pick another path")
+    from matplotlib.figure import Figure
+
+    formats = Figure().canvas.get_supported_filetypes()
+    if plot.suffix.lower().lstrip(".") not in formats:
+        raise UsageError(f"--plot {path}: not an image type matplotlib writes; "
+                         "end the name with .png (or .pdf, .svg)")
+    existed = plot.exists()
+    try:
+        with open(plot, "ab"):
+            pass
+    except OSError as e:
+        raise UsageError(f"--plot {path}: cannot write there ({e.strerror}); pick another path") from None
+    if not existed:
+        plot.unlink()
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -246,7 +277,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     start = time.perf_counter()
     n = len(data.x_train)
     steps = max(1, n // args.batch_size)
-    with tqdm(range(1, args.epochs + 1), desc="epochs", unit="epoch", disable=args.quiet) as bar:
+    with tqdm(range(1, args.epochs + 1), desc="epochs", unit="epoch",
+              disable=progress_disabled(args.quiet)) as bar:
         for epoch in bar:
             order = rng.permutation(n)
             losses = []
@@ -257,6 +289,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 losses.append(loss)
             train_loss = float(jnp.mean(jnp.stack(losses)))
             val_loss = float(evaluate(params, data.x_val, data.y_val)[0].mean())
+            if not (math.isfinite(train_loss) and math.isfinite(val_loss)):
+                raise UsageError(
+                    f"training diverged: train loss {train_loss}, validation loss {val_loss} in "
+                    f"epoch {epoch}; lower --lr (now {args.lr:g})"
+                    + ("" if args.dtype == "float32" else " or use --dtype float32"))
             history.append((train_loss, val_loss))
             bar.set_postfix(train=f"{train_loss:.4f}", val=f"{val_loss:.4f}")
             tqdm.write(f"epoch {epoch:3d}  train loss {train_loss:.4f}  validation loss {val_loss:.4f}")
@@ -320,7 +357,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--devices", type=integer(1), default=1, help="data-parallel devices (on the CPU: host devices) sharing each global batch (default: %(default)s)")
     p.add_argument("--lr", type=positive_float, default=3e-3, help="Adam learning rate (default: %(default)s)")
     p.add_argument("--ensemble", type=integer(1), default=4, help="models trained from different seeds in one vmapped step (default: %(default)s)")
-    p.add_argument("--seed", type=integer(0), default=0, help="random seed (default: %(default)s)")
+    p.add_argument("--seed", type=integer(0, MAX_SEED), default=0, help="random seed (default: %(default)s)")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32", help="compute dtype (default: %(default)s)")
     p.add_argument("--plot", metavar="FILE.png", help="write the loss curve to this PNG")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
