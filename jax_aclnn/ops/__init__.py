@@ -5,7 +5,7 @@ function and the differentiable forward operator(s) whose derivative runs it
 Each differentiable operator is a ``jax.custom_jvp`` function: the forward
 is plain ``jax.numpy`` (XLA fuses it); its tangent map is written with the
 matching aclnn operator (or that operator's transpose, see
-:mod:`jax_aclnn._autodiff`) so that
+``jax_aclnn._autodiff``) so that
 
 * reverse mode (``grad``, ``vjp``, ``jacrev``) runs the aclnn backward
   operator as one XLA FFI custom call per use, exactly as a hand-written VJP;
