@@ -13,7 +13,7 @@ aarch64_host_setup() {
   elif [ "$(id -u)" != 0 ]; then why="needs root (binfmt_misc, mmdebstrap --mode=root, chroot)"
   elif ! command -v apt-get >/dev/null; then why="needs apt-get (Debian's qemu-user-static, mmdebstrap)"
   elif ! (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-            qemu-user-static binfmt-support mmdebstrap g++-aarch64-linux-gnu libhwy-dev) >/dev/null 2>&1
+            qemu-user-static binfmt-support mmdebstrap g++-aarch64-linux-gnu) >/dev/null 2>&1
   then why="the host packages (qemu-user-static, mmdebstrap, g++-aarch64-linux-gnu) do not install"
   elif ! { mountpoint -q /proc/sys/fs/binfmt_misc \
            || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc 2>/dev/null; }; then
@@ -64,8 +64,7 @@ in_aarch64() {
 
 # Cross-builds the project's aarch64 wheel into directory $1; further
 # arguments go to `pip wheel` (e.g. -C cmake.define.JAX_ACLNN_TESTING=ON).
-# The target Python's headers come from the userland, Highway's (the same
-# headers on every architecture) from the host's libhwy-dev.
+# The target Python's headers come from the userland.
 aarch64_cross_wheel() {
   local out=$1 root include
   shift
@@ -76,14 +75,12 @@ aarch64_cross_wheel() {
   # -idirafter finds it there without putting the userland's /usr/include
   # ahead of the cross compiler's own headers.
   ln -sfn "$root/usr/include/aarch64-linux-gnu" "$include/aarch64-linux-gnu"
-  rm -rf "$include/hwy" && cp -r /usr/include/hwy "$include/hwy"  # seen by .ci/wheels' chroot too
   # The wheel's tag is set, not taken from the host (_PYTHON_HOST_PLATFORM
   # would also make pip fetch aarch64 build requirements for the host).
   CXXFLAGS="-idirafter $include" SETUPTOOLS_EXT_SUFFIX=".cpython-311-aarch64-linux-gnu.so" \
     nice pip wheel --quiet --no-deps --wheel-dir "$out" \
       -C cmake.toolchain-file=cmake/aarch64-linux-gnu.cmake \
       -C "cmake.define.Python_INCLUDE_DIR=$root/usr/include/$AARCH64_PYTHON" \
-      -C "cmake.define.HWY_INCLUDE_DIR=$include" \
       -C wheel.tags=cp311-cp311-linux_aarch64 \
       -C "build-dir=$AARCH64_WORK/build-$(basename "$out")" "$@" .
 }
@@ -93,8 +90,9 @@ readme_example() {
   awk '/^```$/ && f { exit } f; /^```python$/ { f = 1 }' README.md
 }
 
-# `python -m jax_aclnn info` without the cli extra's packages: the facts.
-INFO="import jax_aclnn.info as i; print(*(f'{k}: {v}' for k, v in i.collect().items()), sep='\\n')"
+# What `python -m jax_aclnn info` reports of the build, without the cli
+# extra's packages: the public build_info().
+INFO="import jax_aclnn; print(*(f'{k}: {v}' for k, v in jax_aclnn.build_info().items()), sep='\\n')"
 
 # Prints a phase's duration: `phase NAME` after the phase ran.
 PHASE_START=$SECONDS
