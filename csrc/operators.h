@@ -40,21 +40,6 @@
     !defined(JAX_ACLNN_OPERATORS_H_)
 #define JAX_ACLNN_OPERATORS_H_
 
-// Each operator's own files (csrc/ops/): the FFI handler's part (<op>.h),
-// the host provider's part (<op>.cc). <op>.h declares its attributes
-// (attributes.h) and a struct jax_aclnn::ops::<Name> with
-//   kNumInputs, kNumOutputs  its buffers, in the aclnn signature's order;
-//   Attributes attrs         JAX_ACLNN_ATTRIBUTES_STRUCT(<Name>);
-//   GetWorkspaceSize(api, descriptors, in, out, workspaceSize, executor)
-//                            the aclnn first-phase call (descriptors.Scalar(v)
-//                            makes an aclScalar, destroyed with the call's);
-//   OmitAbsent(buffers)      optional: nulls the buffers absent in this call.
-#include "ops/smooth_l1_loss_backward.h"
-#include "ops/logit_grad.h"
-#include "ops/hardshrink_backward.h"
-#include "ops/swish_backward.h"
-#include "ops/batch_norm_reduce_backward.h"
-
 namespace jax_aclnn {
 
 #define JAX_ACLNN_OP_ID(Name, name) k##Name,
@@ -67,5 +52,28 @@ inline constexpr const char* kAclnnOpNames[kNumOps] = {JAX_ACLNN_OPERATORS(JAX_A
 #undef JAX_ACLNN_OP_NAME
 
 }  // namespace jax_aclnn
+
+// Each operator's own files (csrc/ops/): the FFI handler's part (<op>.h),
+// the host provider's part (<op>.cc). <op>.h declares its attributes
+// (attributes.h) and a struct jax_aclnn::ops::<Name> with
+//   kNumInputs, kNumOutputs  its buffers, in the aclnn signature's order;
+//   Attributes attrs         JAX_ACLNN_ATTRIBUTES_STRUCT(<Name>);
+//   GetWorkspaceSize(api, descriptors, in, out, workspaceSize, executor)
+//                            the aclnn first-phase call (descriptors.Scalar(v)
+//                            makes an aclScalar, destroyed with the call's);
+//   OmitAbsent(buffers)      optional: nulls the buffers absent in this call.
+// An element-wise operator's <op>_kernel.h holds its host kernel: its
+// parameters and functor (host/pointwise_kernel.h).
+#include "host/pointwise_kernel.h"
+#include "ops/smooth_l1_loss_backward.h"
+#include "ops/smooth_l1_loss_backward_kernel.h"
+#include "ops/logit_grad.h"
+#include "ops/logit_grad_kernel.h"
+#include "ops/hardshrink_backward.h"
+#include "ops/hardshrink_backward_kernel.h"
+#include "ops/swish_backward.h"
+#include "ops/swish_backward_kernel.h"
+#include "ops/batch_norm_reduce_backward.h"
+
 
 #endif  // C++, not JAX_ACLNN_OPERATOR_LIST_ONLY, JAX_ACLNN_OPERATORS_H_
