@@ -11,6 +11,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define JAX_ACLNN_OPERATOR_LIST_ONLY
+#include "operators.h"  // the operators' parameter lists
+#undef JAX_ACLNN_OPERATOR_LIST_ONLY
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -58,7 +62,7 @@ enum {
 // X-macros over the ABI functions: X(return type, name, parameter list).
 // The loader builds its function table from them and the host provider's
 // definitions are checked against them, so the list lives in one place.
-// Required: descriptors, errors and the ten two-phase entry points.
+// Required: descriptors, errors and each operator's two phases.
 #define ACLNN_ABI_REQUIRED_FUNCTIONS(X)                                                 \
   /* descriptors (nnopbase) */                                                 \
   X(aclTensor*, aclCreateTensor,                                               \
@@ -68,45 +72,18 @@ enum {
   X(aclnnStatus, aclDestroyTensor, (const aclTensor* tensor))                  \
   X(aclScalar*, aclCreateScalar, (void* value, aclDataType dataType))          \
   X(aclnnStatus, aclDestroyScalar, (const aclScalar* scalar))                  \
-  X(const char*, aclGetRecentErrMsg, (void))                                   \
-  /* the five operators, two phases each (opapi) */                            \
-  X(aclnnStatus, aclnnSmoothL1LossBackwardGetWorkspaceSize,                    \
-    (const aclTensor* gradOut, const aclTensor* self, const aclTensor* target, \
-     int64_t reduction, float beta, aclTensor* gradInput,                      \
-     uint64_t* workspaceSize, aclOpExecutor** executor))                       \
-  X(aclnnStatus, aclnnSmoothL1LossBackward,                                    \
-    (void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,         \
-     aclrtStream stream))                                                      \
-  X(aclnnStatus, aclnnLogitGradGetWorkspaceSize,                               \
-    (const aclTensor* x, const aclTensor* dy, double eps,                      \
-     const aclTensor* out, uint64_t* workspaceSize,                            \
-     aclOpExecutor** executor))                                                \
-  X(aclnnStatus, aclnnLogitGrad,                                               \
-    (void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,         \
-     aclrtStream stream))                                                      \
-  X(aclnnStatus, aclnnHardshrinkBackwardGetWorkspaceSize,                      \
-    (const aclTensor* gradOutput, const aclTensor* self,                       \
-     const aclScalar* lambd, aclTensor* gradInput, uint64_t* workspaceSize,    \
-     aclOpExecutor** executor))                                                \
-  X(aclnnStatus, aclnnHardshrinkBackward,                                      \
-    (void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,         \
-     aclrtStream stream))                                                      \
-  X(aclnnStatus, aclnnSwishBackwardGetWorkspaceSize,                           \
-    (const aclTensor* gradOutput, const aclTensor* self,                       \
-     const aclScalar* betaOptional, aclTensor* gradInput,                      \
-     uint64_t* workspaceSize, aclOpExecutor** executor))                       \
-  X(aclnnStatus, aclnnSwishBackward,                                           \
-    (void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,         \
-     aclrtStream stream))                                                      \
-  X(aclnnStatus, aclnnBatchNormReduceBackwardGetWorkspaceSize,                 \
-    (const aclTensor* gradOut, const aclTensor* input, const aclTensor* mean,  \
-     const aclTensor* invstd, const aclTensor* weight, const bool inputG,      \
-     const bool weightG, const bool biasG, aclTensor* sumDy,                   \
-     aclTensor* sumDyXmu, aclTensor* gradWeight, aclTensor* gradBias,          \
-     uint64_t* workspaceSize, aclOpExecutor** executor))                       \
-  X(aclnnStatus, aclnnBatchNormReduceBackward,                                 \
-    (void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,         \
+  X(const char*, aclGetRecentErrMsg, (void))
+
+// Each operator's two functions (the list in operators.h): the first phase,
+// aclnn<Name>GetWorkspaceSize(<its parameters>, workspaceSize, executor),
+// and the second phase aclnn<Name>, the same for every operator.
+#define ACLNN_ABI_OPERATOR_FUNCTIONS(X, Name, name, parameters)                      \
+  X(aclnnStatus, aclnn##Name##GetWorkspaceSize, ACLNN_ABI_FIRST_PHASE parameters)    \
+  X(aclnnStatus, aclnn##Name,                                                        \
+    (void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,               \
      aclrtStream stream))
+#define ACLNN_ABI_FIRST_PHASE(...) \
+  (__VA_ARGS__, uint64_t* workspaceSize, aclOpExecutor** executor)
 
 // Optional: making an executor repeatable and re-targeting it at new buffer
 // addresses. Without them every call runs both phases.
@@ -120,8 +97,9 @@ enum {
     (aclOpExecutor * executor, const size_t index, aclTensor* tensor,          \
      void* addr))
 
-#define ACLNN_ABI_FUNCTIONS(X)  \
-  ACLNN_ABI_REQUIRED_FUNCTIONS(X) \
+#define ACLNN_ABI_FUNCTIONS(X)                                  \
+  ACLNN_ABI_REQUIRED_FUNCTIONS(X)                               \
+  JAX_ACLNN_OPERATORS_WITH(ACLNN_ABI_OPERATOR_FUNCTIONS, X)     \
   ACLNN_ABI_EXECUTOR_REUSE_FUNCTIONS(X)
 
 #define ACLNN_DECLARE_FUNCTION(ret, name, params) \

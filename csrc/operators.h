@@ -1,33 +1,44 @@
-// The aclnn operators: the one list. X(Name, name) stands for the aclnn
-// operator aclnn<Name>, the JAX function jax_aclnn.<name> and its custom-call
-// target aclnn_<name>. The C++ tables (OpId, the operator names, the FFI
-// handler sets, the host provider's second phases) are derived from it; the
-// Python operators are checked against it (_aclnn_ffi.operators(),
-// tests/test_build.py).
-#ifndef JAX_ACLNN_OPERATORS_H_
+// The aclnn operators: the one list. X(Name, name, parameters) stands for the
+// aclnn operator aclnn<Name>, the JAX function jax_aclnn.<name> and its
+// custom-call target aclnn_<name>; `parameters` is its first phase's
+// parameter list as CANN declares it, without the trailing workspaceSize and
+// executor (aclnn_abi.h derives both ABI functions from it). The C++ tables
+// (OpId, the operator names, the ABI, the FFI handler sets, the host
+// provider's second phases) are derived from it; the Python operators are
+// checked against it (_aclnn_ffi.operators(), tests/test_build.py).
+#ifndef JAX_ACLNN_OPERATOR_LIST_
+#define JAX_ACLNN_OPERATOR_LIST_
+
+// JAX_ACLNN_OPERATORS_WITH(X, A) calls X(A, Name, name, parameters) for each
+// operator; JAX_ACLNN_OPERATORS(X) calls X(Name, name).
+#define JAX_ACLNN_OPERATORS_WITH(X, A)                                                     \
+  X(A, SmoothL1LossBackward, smooth_l1_loss_backward,                                     \
+    (const aclTensor* gradOut, const aclTensor* self, const aclTensor* target,            \
+     int64_t reduction, float beta, aclTensor* gradInput))                                \
+  X(A, LogitGrad, logit_grad,                                                             \
+    (const aclTensor* x, const aclTensor* dy, double eps, const aclTensor* out))          \
+  X(A, HardshrinkBackward, hardshrink_backward,                                           \
+    (const aclTensor* gradOutput, const aclTensor* self, const aclScalar* lambd,          \
+     aclTensor* gradInput))                                                               \
+  X(A, SwishBackward, swish_backward,                                                     \
+    (const aclTensor* gradOutput, const aclTensor* self, const aclScalar* betaOptional,   \
+     aclTensor* gradInput))                                                               \
+  X(A, BatchNormReduceBackward, batch_norm_reduce_backward,                               \
+    (const aclTensor* gradOut, const aclTensor* input, const aclTensor* mean,             \
+     const aclTensor* invstd, const aclTensor* weight, const bool inputG,                 \
+     const bool weightG, const bool biasG, aclTensor* sumDy, aclTensor* sumDyXmu,         \
+     aclTensor* gradWeight, aclTensor* gradBias))
+
+#define JAX_ACLNN_OPERATORS(X) JAX_ACLNN_OPERATORS_WITH(JAX_ACLNN_OPERATOR_NAMES, X)
+#define JAX_ACLNN_OPERATOR_NAMES(X, Name, name, parameters) X(Name, name)
+
+#endif  // JAX_ACLNN_OPERATOR_LIST_
+
+// The rest is C++ and brings in the operators' headers: aclnn_abi.h takes
+// only the list above (JAX_ACLNN_OPERATOR_LIST_ONLY).
+#if defined(__cplusplus) && !defined(JAX_ACLNN_OPERATOR_LIST_ONLY) && \
+    !defined(JAX_ACLNN_OPERATORS_H_)
 #define JAX_ACLNN_OPERATORS_H_
-
-// Each operator's own files (csrc/ops/): the FFI handler's part (<op>.h),
-// the host provider's part (<op>.cc). <op>.h declares its attributes
-// (attributes.h) and a struct jax_aclnn::ops::<Name> with
-//   kNumInputs, kNumOutputs  its buffers, in the aclnn signature's order;
-//   Attributes attrs         JAX_ACLNN_ATTRIBUTES_STRUCT(<Name>);
-//   GetWorkspaceSize(api, descriptors, in, out, workspaceSize, executor)
-//                            the aclnn first-phase call (descriptors.Scalar(v)
-//                            makes an aclScalar, destroyed with the call's);
-//   OmitAbsent(buffers)      optional: nulls the buffers absent in this call.
-#include "ops/smooth_l1_loss_backward.h"
-#include "ops/logit_grad.h"
-#include "ops/hardshrink_backward.h"
-#include "ops/swish_backward.h"
-#include "ops/batch_norm_reduce_backward.h"
-
-#define JAX_ACLNN_OPERATORS(X)                          \
-  X(SmoothL1LossBackward, smooth_l1_loss_backward)     \
-  X(LogitGrad, logit_grad)                             \
-  X(HardshrinkBackward, hardshrink_backward)           \
-  X(SwishBackward, swish_backward)                     \
-  X(BatchNormReduceBackward, batch_norm_reduce_backward)
 
 namespace jax_aclnn {
 
@@ -42,4 +53,27 @@ inline constexpr const char* kAclnnOpNames[kNumOps] = {JAX_ACLNN_OPERATORS(JAX_A
 
 }  // namespace jax_aclnn
 
-#endif  // JAX_ACLNN_OPERATORS_H_
+// Each operator's own files (csrc/ops/): the FFI handler's part (<op>.h),
+// the host provider's part (<op>.cc). <op>.h declares its attributes
+// (attributes.h) and a struct jax_aclnn::ops::<Name> with
+//   kNumInputs, kNumOutputs  its buffers, in the aclnn signature's order;
+//   Attributes attrs         JAX_ACLNN_ATTRIBUTES_STRUCT(<Name>);
+//   GetWorkspaceSize(api, descriptors, in, out, workspaceSize, executor)
+//                            the aclnn first-phase call (descriptors.Scalar(v)
+//                            makes an aclScalar, destroyed with the call's);
+//   OmitAbsent(buffers)      optional: nulls the buffers absent in this call.
+// An element-wise operator's <op>_kernel.h holds its host kernel: its
+// parameters and functor (host/pointwise_kernel.h).
+#include "host/pointwise_kernel.h"
+#include "ops/smooth_l1_loss_backward.h"
+#include "ops/smooth_l1_loss_backward_kernel.h"
+#include "ops/logit_grad.h"
+#include "ops/logit_grad_kernel.h"
+#include "ops/hardshrink_backward.h"
+#include "ops/hardshrink_backward_kernel.h"
+#include "ops/swish_backward.h"
+#include "ops/swish_backward_kernel.h"
+#include "ops/batch_norm_reduce_backward.h"
+
+
+#endif  // C++, not JAX_ACLNN_OPERATOR_LIST_ONLY, JAX_ACLNN_OPERATORS_H_

@@ -3,12 +3,9 @@
 Import as ``import jax_aclnn as aclnn``. The public API (the documentation's
 API reference, docs/api.rst, is generated from these docstrings):
 
-* the five aclnn backward operators: :func:`smooth_l1_loss_backward`,
-  :func:`logit_grad`, :func:`hardshrink_backward`, :func:`swish_backward`,
-  :func:`batch_norm_reduce_backward`;
-* differentiable forward operators whose backward runs them:
-  :func:`smooth_l1_loss`, :func:`logit`, :func:`hardshrink`, :func:`swish`,
-  :func:`silu`, :func:`batch_norm`;
+* the aclnn backward operators and the differentiable forward operators
+  whose backward runs them: every name in ``jax_aclnn.ops.__all__``
+  (:mod:`jax_aclnn.ops`, one module per operator), re-exported here;
 * runtime introspection: :func:`runtime_stats`, :func:`reset_runtime_stats`,
   :func:`load_cann`, :func:`set_executor_reuse`, :func:`build_info`,
   :func:`host_kernel_target`;
@@ -22,6 +19,7 @@ on an Ascend NPU on CANN, both through the same XLA FFI handlers; on other
 platforms they lower to their pure-JAX definitions.
 """
 
+from jax_aclnn import ops
 from jax_aclnn._primitive import reference_path
 from jax_aclnn._registration import export_disabled_checks
 from jax_aclnn._runtime import (
@@ -32,40 +30,19 @@ from jax_aclnn._runtime import (
     runtime_stats,
     set_executor_reuse,
 )
-from jax_aclnn.ops import (
-    batch_norm,
-    batch_norm_reduce_backward,
-    hardshrink,
-    hardshrink_backward,
-    logit,
-    logit_grad,
-    silu,
-    smooth_l1_loss,
-    smooth_l1_loss_backward,
-    swish,
-    swish_backward,
-)
+from jax_aclnn.ops import *  # noqa: F403  (the operators: ops.__all__)
 
 __version__ = "0.1.0"
 
+#: The runtime API, then the operators' public functions (``jax_aclnn.ops.__all__``).
 __all__ = [
-    "batch_norm",
-    "batch_norm_reduce_backward",
     "build_info",
     "export_disabled_checks",
-    "hardshrink",
-    "hardshrink_backward",
     "host_kernel_target",
     "load_cann",
-    "logit",
-    "logit_grad",
     "reference_path",
     "reset_runtime_stats",
     "runtime_stats",
     "set_executor_reuse",
-    "silu",
-    "smooth_l1_loss",
-    "smooth_l1_loss_backward",
-    "swish",
-    "swish_backward",
 ]
+__all__ += ops.__all__

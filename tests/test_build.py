@@ -158,10 +158,14 @@ def test_compile_flags_agree(cmake_target, bazel_target):
 
 
 def test_host_provider_exports_exactly_the_aclnn_abi():
-    from jax_aclnn import _loading
+    from jax_aclnn import _loading, ops
 
     abi = (ROOT / "csrc" / "aclnn_abi.h").read_text()
-    declared = set(re.findall(r"X\([^,]+,\s*(acl\w+)", abi))
+    declared = set(re.findall(r"X\([^,]+,\s*(acl\w+)\b(?!#)", abi))
+    # each operator's two phases, from its parameter list in operators.h
+    operators = re.findall(r"X\(A, (\w+), (\w+),[\s\\]*\(", (ROOT / "csrc" / "operators.h").read_text())
+    assert [name for _, name in operators] == list(ops.OPERATOR_NAMES)
+    declared |= {f"aclnn{Name}{phase}" for Name, _ in operators for phase in ("GetWorkspaceSize", "")}
     out = subprocess.run(["nm", "-D", "--defined-only", str(_loading.HOST_PROVIDER_LIBRARY)],
                          capture_output=True, text=True, check=True).stdout
     exported = {line.split()[-1] for line in out.splitlines() if " T " in line}

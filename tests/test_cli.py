@@ -171,6 +171,25 @@ def test_bench_compares_the_custom_call_with_the_pure_jax_reference(op):
     assert f"aclnn_{op}" in ours.lower(*args).as_text()
 
 
+def test_bench_measures_an_operator_without_a_case(monkeypatch):
+    """An element-wise operator without an entry in bench's ``ELEMENTWISE``
+    (a new one) is measured on default operands; without an ATen kernel its
+    torch column is "-"."""
+    import argparse
+
+    import torch
+
+    from jax_aclnn.cli import bench
+
+    monkeypatch.setattr(bench, "torch", torch)
+    monkeypatch.delitem(bench.ELEMENTWISE, "hardshrink_backward")
+    row = bench.measure("hardshrink_backward", 1024, np.float32,
+                        argparse.Namespace(repeats=2, bn_channels=16), np.random.default_rng(0))
+    assert row["vs_xla"] > 0 and "vs_torch" not in row
+    assert row["bytes"] == 3 * 1024 * 4  # two full-size operands and the result
+    assert bench.case_bytes("hardshrink_backward", 1024) > 0
+
+
 def test_train_data_parallel_matches_one_device():
     def curve(devices: str) -> list[str]:
         out = run("train", "--epochs", "2", "--ensemble", "2", "--quiet", "--devices", devices)

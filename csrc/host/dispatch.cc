@@ -82,7 +82,7 @@ const Kernels& Chosen() {
 
 }  // namespace
 
-void RunPointwise(PointwiseOp op, const PointwiseParams& params, const View* inputs,
+void RunPointwise(OpId op, const PointwiseParams& params, const View* inputs,
                   int num_inputs, const View& out, const JaxAclnnHostStream* stream) {
   Chosen().run_pointwise(op, params, inputs, num_inputs, out, stream);
 }

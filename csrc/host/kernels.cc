@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <type_traits>
 
 #include "host/dtype.h"
 #include "host/memory.h"
@@ -19,107 +20,6 @@ namespace {
 constexpr int64_t kChunk = 1024;
 // Smallest amount of work (elements) worth a task of its own.
 constexpr int64_t kGrain = 1 << 15;
-
-// exp(x) in float, vectorisable (Cephes polynomial, about 1 ulp; the build
-// passes -fno-trapping-math so that the loops around it if-convert). x is
-// clamped to the finite range with plain selects (std::min/max's NaN rules
-// cost extra instructions per vector), which also send NaN to the lower
-// bound, so that n below is an integer in [-126, 128]; callers handle NaN
-// themselves.
-inline float ExpF(float x) {
-  x = x > -87.33654475f ? x : -87.33654475f;
-  x = x < 88.72283905f ? x : 88.72283905f;
-  const float n = std::floor(x * 1.44269504088896341f + 0.5f);  // x = n ln2 + r
-  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
-  return p * __builtin_bit_cast(float, bits);
-}
-
-// The element-wise formulas (the operators' docstrings in jax_aclnn/ops/), on float chunks.
-// `out` may be the memory of an input: XLA gives the result the incoming
-// gradient's buffer (`alias_gradient` in jax_aclnn/_primitive.py; same shape,
-// so same strides). That is safe here: each iteration reads element i of
-// every input before writing element i of `out` (no pointer is __restrict;
-// `omp simd` still vectorises, there being no loop-carried dependence), and
-// PointwiseRange reads (or converts into a buffer) a chunk of each input
-// before that chunk of the output is written, each task its own range.
-struct SmoothL1 {  // in: gradOut, self, target
-  float beta, scale;
-  void operator()(int64_t n, const float* const* in, float* out) const {
-    const float* g = in[0];
-    const float* x = in[1];
-    const float* y = in[2];
-    // Attributes in locals: a member read in the loop blocks vectorisation.
-    const float b = beta, sc = scale, inv_beta = beta > 0.0f ? 1.0f / beta : 0.0f;
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) {
-      float d = x[i] - y[i];
-      float sign = d > 0.0f ? 1.0f : (d < 0.0f ? -1.0f : 0.0f);
-      float dl = std::fabs(d) < b ? d * inv_beta : sign;
-      dl = d != d ? d : dl;  // NaN difference stays NaN
-      out[i] = g[i] * sc * dl;
-    }
-  }
-};
-
-struct Logit {  // in: x, dy
-  double eps;
-  void operator()(int64_t n, const float* const* in, float* out) const {
-    const float* x = in[0];
-    const float* dy = in[1];
-    const float nan = std::numeric_limits<float>::quiet_NaN();
-    if (std::isnan(eps)) {
-      for (int64_t i = 0; i < n; ++i) out[i] = nan;
-    } else if (eps < 0.0) {
-#pragma omp simd
-      for (int64_t i = 0; i < n; ++i) {
-        float v = dy[i] / (x[i] * (1.0f - x[i]));
-        out[i] = (x[i] < 0.0f || x[i] > 1.0f) ? nan : v;
-      }
-    } else {
-      const float lo = static_cast<float>(eps), hi = static_cast<float>(1.0 - eps);
-#pragma omp simd
-      for (int64_t i = 0; i < n; ++i) {
-        float v = dy[i] / (x[i] * (1.0f - x[i]));
-        out[i] = (x[i] < lo || x[i] > hi) ? 0.0f : v;
-      }
-    }
-  }
-};
-
-struct Hardshrink {  // in: gradOutput, self
-  float lambd;
-  void operator()(int64_t n, const float* const* in, float* out) const {
-    const float* g = in[0];
-    const float* x = in[1];
-    const float l = lambd;
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) out[i] = std::fabs(x[i]) <= l ? 0.0f : g[i];
-  }
-};
-
-struct Swish {  // in: gradOutput, self
-  float beta;
-  void operator()(int64_t n, const float* const* in, float* out) const {
-    const float* g = in[0];
-    const float* x = in[1];
-    const float b = beta;
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) {
-      float bx = b * x[i];
-      float s = 1.0f / (1.0f + ExpF(-bx));
-      float r = g[i] * s * (1.0f + bx * (1.0f - s));
-      out[i] = r + (bx - bx);  // NaN input stays NaN (ExpF clamps it), branch-free
-    }
-  }
-};
 
 // The output's shape after dropping size-1 dimensions and merging
 // dimensions that are contiguous in every operand (operand 0 is the output).
@@ -226,19 +126,35 @@ void Pointwise(const F& f, const View* inputs, int num_inputs, const View& out,
   });
 }
 
+// An operator's element-wise kernel (PointwiseKernel<op>, from its
+// csrc/ops/<op>_kernel.h) on its parameters; nothing for an operator
+// without one.
+template <OpId op, typename = void>
+constexpr bool kIsPointwise = false;
+template <OpId op>
+constexpr bool kIsPointwise<op, std::void_t<decltype(sizeof(PointwiseKernel<op>))>> = true;
+
+template <OpId op>
+void RunKernel(const PointwiseParams& p, const View* inputs, int num_inputs, const View& out,
+               const JaxAclnnHostStream* stream) {
+  if constexpr (kIsPointwise<op>) {
+    using Kernel = PointwiseKernel<op>;
+    Pointwise(Kernel::Make(p.As<typename Kernel::Params>()), inputs, num_inputs, out, stream);
+  }
+}
+
 }  // namespace
 
-void RunPointwise(PointwiseOp op, const PointwiseParams& p, const View* inputs,
-                  int num_inputs, const View& out, const JaxAclnnHostStream* stream) {
+void RunPointwise(OpId op, const PointwiseParams& p, const View* inputs, int num_inputs,
+                  const View& out, const JaxAclnnHostStream* stream) {
   switch (op) {
-    case PointwiseOp::kSmoothL1LossBackward:
-      return Pointwise(SmoothL1{p.beta, p.scale}, inputs, num_inputs, out, stream);
-    case PointwiseOp::kLogitGrad:
-      return Pointwise(Logit{p.eps}, inputs, num_inputs, out, stream);
-    case PointwiseOp::kHardshrinkBackward:
-      return Pointwise(Hardshrink{p.lambd}, inputs, num_inputs, out, stream);
-    case PointwiseOp::kSwishBackward:
-      return Pointwise(Swish{p.beta}, inputs, num_inputs, out, stream);
+#define JAX_ACLNN_POINTWISE_CASE(Name, name) \
+  case k##Name:                              \
+    return RunKernel<k##Name>(p, inputs, num_inputs, out, stream);
+    JAX_ACLNN_OPERATORS(JAX_ACLNN_POINTWISE_CASE)
+#undef JAX_ACLNN_POINTWISE_CASE
+    case kNumOps:
+      break;
   }
 }
 

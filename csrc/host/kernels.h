@@ -5,9 +5,12 @@
 #define JAX_ACLNN_HOST_KERNELS_H_
 
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "aclnn_abi.h"
 #include "host_stream.h"
+#include "operators.h"
 
 namespace jax_aclnn::host {
 
@@ -28,15 +31,23 @@ struct View {
   }
 };
 
-// The four element-wise operators. Every input view has the output's rank
-// and dims, with stride 0 along broadcast dimensions.
-enum class PointwiseOp { kSmoothL1LossBackward, kLogitGrad, kHardshrinkBackward, kSwishBackward };
-
+// The element-wise operators' parameters: an operator's Params struct
+// (csrc/ops/<op>_kernel.h), held by value in the executor.
 struct PointwiseParams {
-  float beta = 1.0f;    // SmoothL1 beta, or Swish beta
-  float scale = 1.0f;   // SmoothL1: 1 / numel(self) for reduction "mean"
-  float lambd = 0.5f;   // Hardshrink lambda (already clamped at 0)
-  double eps = -1.0;    // LogitGrad eps
+  alignas(8) unsigned char bytes[16] = {};
+  template <typename P>
+  static PointwiseParams Of(const P& params) {
+    static_assert(sizeof(P) <= sizeof(bytes) && std::is_trivially_copyable_v<P>);
+    PointwiseParams held;
+    std::memcpy(held.bytes, &params, sizeof(P));
+    return held;
+  }
+  template <typename P>
+  P As() const {
+    P params;
+    std::memcpy(&params, bytes, sizeof(P));
+    return params;
+  }
 };
 
 // The kernels' entry points. kernels.cc defines them once per CPU target,
@@ -44,12 +55,14 @@ struct PointwiseParams {
 // dispatch.cc defines them in jax_aclnn::host, calling the best target the
 // CPU supports.
 //
-// RunPointwise: the element-wise operators.
+// RunPointwise: an element-wise operator (one with a PointwiseKernel). Every
+// input view has the output's rank and dims, with stride 0 along broadcast
+// dimensions.
 // HalfConversions: how the target converts contiguous float16 ("F16C ...").
 // BatchNormReduceBackward over an (N, C, ...) input: per-channel sums.
 // `outputs` holds sumDy, sumDyXmu, gradWeight, gradBias; null = not wanted.
 #define JAX_ACLNN_KERNEL_ENTRY_POINTS                                                         \
-  void RunPointwise(PointwiseOp op, const PointwiseParams& params, const View* inputs,       \
+  void RunPointwise(OpId op, const PointwiseParams& params, const View* inputs,             \
                     int num_inputs, const View& out, const JaxAclnnHostStream* stream);      \
   uint64_t BatchNormReduceWorkspaceSize(const View& input);                                  \
   void RunBatchNormReduce(const View& grad_out, const View& input, const View& mean,         \

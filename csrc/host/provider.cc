@@ -134,7 +134,7 @@ void RunPointwiseExecutor(const aclOpExecutor& ex, void*, const JaxAclnnHostStre
 
 }  // namespace
 
-aclnnStatus PointwiseGetWorkspaceSize(const char* op, PointwiseOp kind,
+aclnnStatus PointwiseGetWorkspaceSize(const char* op, OpId kind,
                                       const PointwiseParams& params,
                                       std::initializer_list<Operand> operands, Operand out_operand,
                                       bool same_shape, uint64_t* workspace_size,

@@ -38,7 +38,7 @@ struct aclOpExecutor {
   const char* op_name;
   // The second phase's work on the executor's views (set by the first).
   void (*run)(const aclOpExecutor& ex, void* workspace, const JaxAclnnHostStream* stream);
-  jax_aclnn::host::PointwiseOp pointwise;
+  jax_aclnn::OpId pointwise;
   jax_aclnn::host::PointwiseParams params;
   View inputs[jax_aclnn::host::kMaxInputs];
   View outputs[jax_aclnn::host::kMaxOutputs];
@@ -70,7 +70,7 @@ struct Operand {
 // The first phase of the element-wise operators: checks the tensors (the
 // inputs broadcast to `out`, or have its shape if `same_shape`) and makes
 // the executor.
-aclnnStatus PointwiseGetWorkspaceSize(const char* op, PointwiseOp kind,
+aclnnStatus PointwiseGetWorkspaceSize(const char* op, OpId kind,
                                       const PointwiseParams& params,
                                       std::initializer_list<Operand> operands, Operand out,
                                       bool same_shape, uint64_t* workspace_size,

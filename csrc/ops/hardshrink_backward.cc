@@ -10,9 +10,9 @@ extern "C" aclnnStatus aclnnHardshrinkBackwardGetWorkspaceSize(
     aclTensor* gradInput, uint64_t* workspaceSize, aclOpExecutor** executor) {
   const char* op = kAclnnOpNames[kHardshrinkBackward];
   if (lambd == nullptr) return Fail(ACLNN_ERR_PARAM_NULLPTR, "%s: lambd is a null pointer", op);
-  PointwiseParams p;
+  HardshrinkBackwardParams p;
   p.lambd = lambd->value > 0.0 ? static_cast<float>(lambd->value) : 0.0f;
-  return PointwiseGetWorkspaceSize(op, PointwiseOp::kHardshrinkBackward, p,
+  return PointwiseGetWorkspaceSize(op, kHardshrinkBackward, PointwiseParams::Of(p),
                                    {{"gradOutput", gradOutput}, {"self", self}},
                                    {"gradInput", gradInput}, /*same_shape=*/false, workspaceSize,
                                    executor);

@@ -9,9 +9,9 @@ extern "C" aclnnStatus aclnnLogitGradGetWorkspaceSize(const aclTensor* x, const 
                                                       double eps, const aclTensor* out,
                                                       uint64_t* workspaceSize,
                                                       aclOpExecutor** executor) {
-  PointwiseParams p;
+  LogitGradParams p;
   p.eps = eps;
-  return PointwiseGetWorkspaceSize(kAclnnOpNames[kLogitGrad], PointwiseOp::kLogitGrad, p,
+  return PointwiseGetWorkspaceSize(kAclnnOpNames[kLogitGrad], kLogitGrad, PointwiseParams::Of(p),
                                    {{"x", x}, {"dy", dy}}, {"out", out}, /*same_shape=*/true,
                                    workspaceSize, executor);
 }

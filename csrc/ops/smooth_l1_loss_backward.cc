@@ -16,11 +16,12 @@ extern "C" aclnnStatus aclnnSmoothL1LossBackwardGetWorkspaceSize(
   if (!(beta >= 0.0f))
     return Fail(ACLNN_ERR_PARAM_INVALID, "%s: beta must be non-negative, got %g", op,
                 static_cast<double>(beta));
-  PointwiseParams p;
+  SmoothL1LossBackwardParams p;
   p.beta = beta;
+  p.scale = 1.0f;
   if (reduction == 1 && self != nullptr && self->view.NumElements() > 0)
     p.scale = static_cast<float>(1.0 / static_cast<double>(self->view.NumElements()));
-  return PointwiseGetWorkspaceSize(op, PointwiseOp::kSmoothL1LossBackward, p,
+  return PointwiseGetWorkspaceSize(op, kSmoothL1LossBackward, PointwiseParams::Of(p),
                                    {{"gradOut", gradOut}, {"self", self}, {"target", target}},
                                    {"gradInput", gradInput}, /*same_shape=*/false, workspaceSize,
                                    executor);

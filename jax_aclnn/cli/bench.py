@@ -37,6 +37,7 @@ ratios (>1 means aclnn is faster).
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import statistics
@@ -87,7 +88,7 @@ class ElementwiseCase:
 
     operands: tuple[tuple[bool, float, float], ...]  # (full size, not a scalar; low, high)
     kwargs: dict[str, Any]  # of the jax_aclnn function
-    aten: Callable[[list[Any]], Any]  # the ATen kernel on torch tensors
+    aten: Callable[[list[Any]], Any] | None  # the ATen kernel on torch tensors, if any
 
 
 ELEMENTWISE = {
@@ -106,6 +107,18 @@ ELEMENTWISE = {
 }
 
 
+def elementwise_case(op: str) -> ElementwiseCase:
+    """``op``'s entry in ``ELEMENTWISE``; for an element-wise operator without
+    one, full-size operands in [-3, 3] (one per positional parameter of its
+    function), its default attributes and no ATen kernel (its torch column
+    shows "-")."""
+    if op in ELEMENTWISE:
+        return ELEMENTWISE[op]
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    params = inspect.signature(getattr(aclnn, op)).parameters.values()
+    return ElementwiseCase(((True, -3, 3),) * sum(p.kind in positional for p in params), {}, None)
+
+
 def on_reference_path(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     """``fn`` jitted and compiled for ``args`` with every operator on its
     pure-JAX reference path (:func:`jax_aclnn.reference_path`): the
@@ -116,7 +129,7 @@ def on_reference_path(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
 
 
 def make_case(op: str, size: int, dtype: Any, channels: int, rng: np.random.Generator):
-    """(aclnn fn, xla fn, torch fn, jax args, bytes moved)."""
+    """(aclnn fn, xla fn, torch fn or None, jax args, bytes moved)."""
     def arr(shape, lo=-3.0, hi=3.0):
         return jnp.asarray(rng.uniform(lo, hi, size=shape).astype(np.float32)).astype(dtype)
 
@@ -136,7 +149,7 @@ def make_case(op: str, size: int, dtype: Any, channels: int, rng: np.random.Gene
             return sdy, sxmu, sxmu * s.float(), sdy
 
         return ours, xla, torch_fn, args, 2 * np.prod(shape) * item
-    case = ELEMENTWISE[op]
+    case = elementwise_case(op)
     args = tuple(arr((size,) if full else (), lo, hi) for full, lo, hi in case.operands)
     ours = jax.jit(lambda *a: getattr(aclnn, op)(*a, **case.kwargs))
     xla = on_reference_path(lambda *a: getattr(aclnn, op)(*a, **case.kwargs), args)
@@ -147,7 +160,7 @@ def case_bytes(op: str, size: int) -> int:
     """About the peak memory of measuring one case: the inputs, their torch
     copies and three outputs, each counted as float32, and the float64 draw
     of the random inputs."""
-    full = 2 if op == "batch_norm_reduce_backward" else sum(f for f, _, _ in ELEMENTWISE[op].operands)
+    full = 2 if op == "batch_norm_reduce_backward" else sum(f for f, _, _ in elementwise_case(op).operands)
     return size * (8 + 4 * (2 * full + 3))
 
 
@@ -224,7 +237,7 @@ def measure(op: str, size: int, dtype: Any, args: argparse.Namespace, rng) -> di
     ours, xla, torch_fn, inputs, nbytes = make_case(op, size, dtype, args.bn_channels, rng)
     check(ours(*inputs), xla(*inputs), dtype)
     fns = {"aclnn": lambda: ours(*inputs), "xla": lambda: xla(*inputs)}
-    if torch is not None:
+    if torch is not None and torch_fn is not None:
         tin = [to_torch(a) for a in inputs]
         fns["torch"] = lambda: torch_fn(tin)
     for fn in fns.values():  # warm-up

@@ -53,8 +53,9 @@ from jax_aclnn.ops.batch_norm_reduce_backward import batch_norm, batch_norm_redu
 #: (``jax_aclnn.<name>``), e.g. ``"swish_backward"``.
 OPERATOR_NAMES: tuple[str, ...] = tuple(_primitive.OPERATORS)
 
+#: The operators' public functions (each operator and its differentiable
+#: op(s)), all re-exported by ``jax_aclnn``.
 __all__ = [
-    "OPERATOR_NAMES",
     "batch_norm",
     "batch_norm_reduce_backward",
     "hardshrink",
