@@ -18,7 +18,6 @@ bundled diabetes set (442 patients, 10 features), the target scaled into
 from __future__ import annotations
 
 import argparse
-import math
 
 import flax.linen as nn
 import jax
@@ -30,6 +29,7 @@ from sklearn.datasets import load_diabetes
 
 import jax_aclnn as aclnn
 from jax_aclnn.flax import linen as aclnn_linen
+from jax_aclnn.cli.common import integer, positive_float  # the command line's argument types
 from jax_aclnn.flax import nnx as aclnn_nnx
 
 BETA = 0.1  # smooth-L1 switch point
@@ -146,40 +146,13 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def integer(minimum: int, maximum: int | None = None):
-    """An argparse ``type``: an integer from ``minimum`` to ``maximum`` (if given)."""
-    wanted = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = None
-        if value is None or value < minimum or (maximum is not None and value > maximum):
-            raise argparse.ArgumentTypeError(f"must be an integer {wanted}, got {text!r}")
-        return value
-
-    return parse
-
-
-def positive(text: str) -> float:
-    """An argparse ``type``: a finite number above zero."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
-    return value
-
-
 def main(argv=None) -> None:
     parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--api", choices=["linen", "nnx"], default="nnx", help="Flax API (default nnx)")
     parser.add_argument("--steps", type=integer(1), default=300, help="optimizer steps (default 300)")
     parser.add_argument("--batch-size", type=integer(1), default=64, help="examples per step (default 64)")
     parser.add_argument("--hidden", type=integer(1), default=64, help="hidden width (default 64)")
-    parser.add_argument("--lr", type=positive, default=3e-3, help="Adam learning rate (default 3e-3)")
+    parser.add_argument("--lr", type=positive_float, default=3e-3, help="Adam learning rate (default 3e-3)")
     parser.add_argument("--seed", type=integer(0, 2**63 - 1), default=0, help="data split, init and batches (default 0)")
     parser.add_argument("--log-every", type=integer(1), default=50, help="steps between loss lines (default 50)")
     args = parser.parse_args(argv)
