@@ -186,22 +186,29 @@ BEYOND_X86_64 = re.compile(
 DISPATCHED = ("::x86_64_v3::", "::x86_64_v4::")
 
 
+def disassembly():
+    """(function, instruction line) pairs of the installed host provider's
+    disassembly, ``function`` being the header line of the function the
+    instruction is in; skips a ``JAX_ACLNN_NATIVE_ARCH=ON`` build (one target)."""
+    from jax_aclnn import _runtime
+
+    if _runtime.host_kernel_target() == "native":
+        pytest.skip("a JAX_ACLNN_NATIVE_ARCH=ON build")
+    out = subprocess.run(["objdump", "-d", "-C", "--no-show-raw-insn", str(_runtime.HOST_PROVIDER_LIBRARY)],
+                         capture_output=True, text=True, check=True).stdout
+    function = ""
+    for line in out.splitlines():
+        if line.endswith(">:"):
+            function = line
+        else:
+            yield function, line
+
+
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 instruction sets")
 def test_default_build_runs_on_any_x86_64_cpu_outside_the_dispatched_kernels():
     """The default build targets the x86-64 baseline; code beyond it lives
     only in the kernel copies that dispatch.cc picks when the CPU has it."""
-    from jax_aclnn import _loading, _runtime
-
-    if _runtime.host_kernel_target() == "native":
-        pytest.skip("a JAX_ACLNN_NATIVE_ARCH=ON build")
-    out = subprocess.run(["objdump", "-d", "-C", "--no-show-raw-insn", str(_loading.HOST_PROVIDER_LIBRARY)],
-                         capture_output=True, text=True, check=True).stdout
-    beyond, function = set(), ""
-    for line in out.splitlines():
-        if line.endswith(">:"):
-            function = line
-        elif BEYOND_X86_64.search(line):
-            beyond.add(function)
+    beyond = {function for function, line in disassembly() if BEYOND_X86_64.search(line)}
     assert any("::x86_64_v3::" in f for f in beyond)  # the dispatched kernels, seen
     assert [f for f in beyond if not any(t in f for t in DISPATCHED)] == []
 
@@ -213,17 +220,12 @@ def test_dispatched_kernels_convert_float16_with_the_cpus_instructions():
     installed. Now x86-64-v3/v4 use F16C in every build, and say so."""
     from jax_aclnn import _runtime
 
+    found = set()
+    for function, line in disassembly():
+        copy = next((t for t in ("x86_64_v3", "x86_64_v4", "baseline") if f"::{t}::" in function), "")
+        if copy and (m := re.search(r"\t(vcvtph2ps|vcvtps2ph)\s", line)):
+            found.add((copy, m.group(1)))
     target = _runtime.host_kernel_target()
-    if target == "native":
-        pytest.skip("a JAX_ACLNN_NATIVE_ARCH=ON build")
-    out = subprocess.run(["objdump", "-d", "-C", "--no-show-raw-insn", str(_runtime.HOST_PROVIDER_LIBRARY)],
-                         capture_output=True, text=True, check=True).stdout
-    found, function = set(), ""
-    for line in out.splitlines():
-        if line.endswith(">:"):
-            function = next((t for t in ("x86_64_v3", "x86_64_v4", "baseline") if f"::{t}::" in line), "")
-        elif function and (m := re.search(r"\t(vcvtph2ps|vcvtps2ph)\s", line)):
-            found.add((function, m.group(1)))
     assert found == {(t, i) for t in ("x86_64_v3", "x86_64_v4") for i in ("vcvtph2ps", "vcvtps2ph")}
     expected = "F16C vcvtph2ps/vcvtps2ph" if target in ("x86-64-v3", "x86-64-v4") else "portable formulas"
     assert _runtime.host_half_conversions() == expected
@@ -239,18 +241,7 @@ SVE = re.compile(r"\t((cnt|inc|dec|sqinc|sqdec|uqinc|uqdec)[bhwd]|addvl|addpl|rd
 def test_default_build_runs_on_any_aarch64_cpu_outside_the_dispatched_kernels():
     """The default aarch64 build targets armv8-a (NEON); SVE code lives only
     in the kernel copy that dispatch.cc picks when the CPU has SVE."""
-    from jax_aclnn import _runtime
-
-    if _runtime.host_kernel_target() == "native":
-        pytest.skip("a JAX_ACLNN_NATIVE_ARCH=ON build")
-    out = subprocess.run(["objdump", "-d", "-C", "--no-show-raw-insn", str(_runtime.HOST_PROVIDER_LIBRARY)],
-                         capture_output=True, text=True, check=True).stdout
-    sve, function = set(), ""
-    for line in out.splitlines():
-        if line.endswith(">:"):
-            function = line
-        elif SVE.search(line.split("//")[0]):
-            sve.add(function)
+    sve = {function for function, line in disassembly() if SVE.search(line.split("//")[0])}
     assert any("::armv8_2_a_sve::" in f for f in sve)  # the dispatched kernels, seen
     assert [f for f in sve if "::armv8_2_a_sve::" not in f] == []
 
