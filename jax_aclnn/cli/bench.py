@@ -25,7 +25,8 @@ gradient) and a chain of tiny calls, alternately with reuse on and off.
 
 Last, a training step's temporary memory (XLA's memory analysis), compile
 time and step time, through jax_aclnn against the same model in pure JAX
-(:mod:`jax_aclnn.cli.step_memory`).
+(:mod:`jax_aclnn.cli.step_memory`), in each of ``--step-dtypes`` (float32
+and bfloat16: the dtypes people train in).
 
 Outputs are compared first (a fast wrong answer is no result). Timings are
 paired and interleaved (aclnn, xla, torch, then xla, torch, aclnn, ...: each
@@ -320,9 +321,9 @@ def print_step_table(rows: list[dict[str, Any]]) -> None:
     print_table(
         "training step jit(grad(loss)) through jax_aclnn vs pure JAX: temporary memory "
         "(XLA's analysis; ratio < 1: aclnn smaller), step time (medians; ratio > 1: aclnn faster)",
-        ["batch x width x layers", "aclnn temp", "reference temp", "ratio", "jnp temp", "ratio",
-         "aclnn step", "vs reference", "vs jnp", "compile vs reference"], 1,
-        [[f"{r['batch']} x {r['width']} x {r['layers']}", mib(r, "aclnn"), mib(r, "reference"),
+        ["batch x width x layers", "dtype", "aclnn temp", "reference temp", "ratio", "jnp temp", "ratio",
+         "aclnn step", "vs reference", "vs jnp", "compile vs reference"], 2,
+        [[f"{r['batch']} x {r['width']} x {r['layers']}", r["dtype"], mib(r, "aclnn"), mib(r, "reference"),
           f"{r['aclnn_temp_bytes'] / r['reference_temp_bytes']:.2f}", mib(r, "jnp"),
           f"{r['aclnn_temp_bytes'] / r['jnp_temp_bytes']:.2f}", f"{r['aclnn_s'] * 1e3:,.1f} ms",
           f"{r['reference_s'] / r['aclnn_s']:.2f}x", f"{r['jnp_s'] / r['aclnn_s']:.2f}x",
@@ -443,7 +444,8 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.step_repeats > 0:
         from jax_aclnn.cli import step_memory
 
-        step = [step_memory.measure(*shape, args.step_repeats) for shape in STEP_SHAPES]
+        step = [step_memory.measure(*shape, args.step_repeats, dtype)
+                for shape in STEP_SHAPES for dtype in args.step_dtypes]
         print_step_table(step)
     if out is not None:
         (out / "bench.json").write_text(json.dumps(
@@ -510,6 +512,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bn-memory-channels", type=parse_size, metavar="C", help="also measure RSS around a (16, C) batch-norm reduce, e.g. 4M (default: skipped)")
     p.add_argument("--reuse-repeats", type=integer(0), default=200, help="paired runs with executor reuse on and off; 0 skips (default: %(default)s)")
     p.add_argument("--step-repeats", type=integer(0), default=10, help="timed runs of the training-step memory table; 0 skips (default: %(default)s)")
+    p.add_argument("--step-dtypes", default="float32,bfloat16", type=comma_list(one_of(DTYPES), f"some of {', '.join(DTYPES)}"),
+                   help="comma-separated dtypes of the training-step table (default: %(default)s)")
     p.add_argument("--out", metavar="DIR", help="write bench.json and bench.png here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 

@@ -52,19 +52,23 @@ def loss(params: list[tuple[jax.Array, ...]], x: jax.Array, y: jax.Array, *,
     return aclnn.smooth_l1_loss(aclnn.logit(p), y)
 
 
-def inputs(batch: int, width: int, layers: int) -> tuple[Any, jax.Array, jax.Array]:
+def inputs(batch: int, width: int, layers: int,
+           dtype: Any = jnp.float32) -> tuple[Any, jax.Array, jax.Array]:
+    """Parameters, input and target of the model, all of ``dtype``."""
     keys = jax.random.split(jax.random.key(0), layers + 1)
-    params = [(jax.random.normal(k, (width, width)) * width ** -0.5, jnp.ones(width),
-               jnp.zeros(width)) for k in keys[:-1]]
-    x = jax.random.normal(keys[-1], (batch, width))
-    return params, x, jnp.zeros((batch, 1))
+    params = [((jax.random.normal(k, (width, width)) * width ** -0.5).astype(dtype),
+               jnp.ones(width, dtype), jnp.zeros(width, dtype)) for k in keys[:-1]]
+    x = jax.random.normal(keys[-1], (batch, width)).astype(dtype)
+    return params, x, jnp.zeros((batch, 1), dtype)
 
 
-def compiled_step(mode: str, batch: int, width: int, layers: int) -> Any:
-    """``jax.jit(jax.grad(loss))`` compiled for ``mode`` (one of :data:`MODES`)."""
+def compiled_step(mode: str, batch: int, width: int, layers: int,
+                  dtype: Any = jnp.float32) -> Any:
+    """``jax.jit(jax.grad(loss))`` compiled for ``mode`` (one of :data:`MODES`)
+    and ``dtype``."""
     step = jax.jit(jax.grad(lambda p, x, y: loss(p, x, y, use_jnp=mode == "jnp")))
     with aclnn.reference_path() if mode == "reference" else nullcontext():
-        return step.lower(*inputs(batch, width, layers)).compile()
+        return step.lower(*inputs(batch, width, layers, dtype)).compile()
 
 
 def temp_bytes(compiled: Any) -> int:
@@ -72,15 +76,17 @@ def temp_bytes(compiled: Any) -> int:
     return compiled.memory_analysis().temp_size_in_bytes
 
 
-def measure(batch: int, width: int, layers: int, repeats: int) -> dict[str, Any]:
+def measure(batch: int, width: int, layers: int, repeats: int,
+            dtype: Any = jnp.float32) -> dict[str, Any]:
     """Temporary memory, compile time and step time (medians of ``repeats``
-    interleaved runs, each mode first in turn) of every mode."""
-    args = inputs(batch, width, layers)
+    interleaved runs, each mode first in turn) of every mode, in ``dtype``."""
+    args = inputs(batch, width, layers, dtype)
     steps: dict[str, Callable[[], Any]] = {}
-    row: dict[str, Any] = {"batch": batch, "width": width, "layers": layers}
+    row: dict[str, Any] = {"batch": batch, "width": width, "layers": layers,
+                           "dtype": str(jnp.dtype(dtype))}
     for mode in MODES:
         start = time.perf_counter()
-        compiled = compiled_step(mode, batch, width, layers)
+        compiled = compiled_step(mode, batch, width, layers, dtype)
         row[f"{mode}_compile_s"] = time.perf_counter() - start
         row[f"{mode}_temp_bytes"] = temp_bytes(compiled)
         steps[mode] = lambda c=compiled: jax.block_until_ready(c(*args))
