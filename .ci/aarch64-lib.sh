@@ -29,8 +29,9 @@ aarch64_host_setup() {
 }
 
 # The arm64 userland: Python, its headers (for the cross build), objdump
-# (tests/test_build.py), the host's CA bundle (pip there trusts what the
-# host's pip trusts). No compiler: everything is cross-built on the host.
+# (tests/test_build.py), apt (for the source build's compiler, installed
+# after the wheel's tests), the host's CA bundle (pip there trusts what the
+# host's pip trusts). No compiler: the wheel is cross-built on the host.
 aarch64_userland() {
   aarch64_unmount
   rm -rf "$AARCH64_ROOT"
@@ -38,7 +39,7 @@ aarch64_userland() {
   nice mmdebstrap --quiet --mode=root --arch=arm64 --variant=essential \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
     --dpkgopt='path-exclude=/usr/share/locale/*' \
-    --include=python3,python3-venv,libpython3.11-dev,binutils,ca-certificates \
+    --include=python3,python3-venv,libpython3.11-dev,binutils,apt,ca-certificates \
     bookworm "$AARCH64_ROOT" "$(debian_mirror)"
   cp /etc/ssl/certs/ca-certificates.crt "$AARCH64_ROOT/etc/ssl/certs/ca-certificates.crt"
 }
