@@ -225,26 +225,31 @@ const float* Floats(const View& v, const char* p, int64_t s, int64_t n, float* b
 }
 
 // Contiguous runs of `len` elements of type `t` starting at each src[r], as
-// floats: the data itself for float32, else converted into bufs[r]. The
-// rows are read together, a cache line of each in turn, each prefetched
-// kPrefetchBytes ahead: rows are long runs in different pages, and one row
-// after another (the hardware prefetcher restarting at each 4 KiB page) the
-// loads wait on each row's memory in turn.
+// floats: the data itself for float32 (the accumulation loop reads all the
+// rows together), else converted into bufs[r]: all rows a cache line at a
+// time, each prefetched kPrefetchBytes ahead. Converted one row after
+// another, the loads waited on each row's memory in turn (the rows are in
+// different pages, where the hardware prefetcher starts over): float16
+// took 1.8x as long, half the bandwidth of float32 (`perf`: the stores of
+// the conversion loop, waiting on its loads). The same prefetches slow
+// float32 down.
 constexpr int64_t kLine = 64;
 constexpr int64_t kPrefetchBytes = 1024;
 
 void RowsAsFloats(aclDataType t, const char* const* src, int rows, int64_t len,
                   float (*bufs)[kChunk], const float** out) {
+  if (t == ACL_FLOAT) {
+    for (int r = 0; r < rows; ++r) out[r] = reinterpret_cast<const float*>(src[r]);
+    return;
+  }
   const int64_t size = ElementSize(t), bytes = len * size;
   for (int64_t b = 0; b < bytes; b += kLine) {
     for (int r = 0; r < rows; ++r) {
       __builtin_prefetch(src[r] + b + kPrefetchBytes);
-      if (t != ACL_FLOAT)
-        LoadAsFloat(t, src[r] + b, 1, std::min(kLine, bytes - b) / size, bufs[r] + b / size);
+      LoadAsFloat(t, src[r] + b, 1, std::min(kLine, bytes - b) / size, bufs[r] + b / size);
     }
   }
-  for (int r = 0; r < rows; ++r)
-    out[r] = t == ACL_FLOAT ? reinterpret_cast<const float*>(src[r]) : bufs[r];
+  for (int r = 0; r < rows; ++r) out[r] = bufs[r];
 }
 
 // Short contiguous rows: the block's channels x inner elements of a row are

@@ -345,7 +345,7 @@ def print_table(title: str, columns: list[str], text_columns: int, rows: list[li
 
     table = Table(title=title)
     for i, col in enumerate(columns):
-        table.add_column(col, justify="left" if i < text_columns else "right")
+        table.add_column(col, justify="left" if i < text_columns else "right", no_wrap=i < text_columns)
     for row in rows:
         table.add_row(*row)
     Console(width=140).print(table)
