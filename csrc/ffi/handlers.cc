@@ -193,19 +193,25 @@ ffi::TypeId CallState::id = {};
 // ----- the call site's state, in the FFI API the runtime speaks -----
 //
 // The handlers are compiled against one version of the FFI headers (the
-// floor's, jaxlib 0.8.1: FFI API 0.2; Bazel: the installed jaxlib's), whose
+// floor's, jaxlib 0.7.2: FFI API 0.1; Bazel: the installed jaxlib's), whose
 // encoding of state lays XLA_FFI_State_Get/Set's arguments out as that
-// version only. FFI API 0.3 (jaxlib 0.9.1 on; 0.9.0 is still 0.2) put a
-// `stage` in front of `type_id`. jaxlib's XLA still takes a 0.2-sized struct
-// as the instantiation stage's state, but that is a courtesy of one XLA
-// build, not the API: a 0.3 runtime without it (another XLA, a device
-// plugin's) refuses the smaller struct, and the instantiate stage fails. So
-// the arguments are laid out for the API version of the runtime that calls
-// the handler (XLA_FFI_Api::api_version of the call frame). A runtime of
-// another major version gets no state calls: its call sites run one-shot.
+// version only. The versions differ:
+// - FFI API 0.1 (jaxlib 0.7): XLA_FFI_State_Set takes the state's deleter
+//   after the state; the type is registered by id only.
+// - FFI API 0.2 (jaxlib 0.8, 0.9.0): no deleter there; the type's
+//   registration carries it (XLA_FFI_TypeInfo, CallStateTypeInfo()), and the
+//   instantiate handler's metadata declares the state's type id.
+// - FFI API 0.3 (jaxlib 0.9.1 on): a `stage` in front of `type_id`. jaxlib's
+//   XLA still takes a 0.2-sized struct as the instantiation stage's state,
+//   but that is a courtesy of one XLA build, not the API: a 0.3 runtime
+//   without it (another XLA, a device plugin's) refuses the smaller struct,
+//   and the instantiate stage fails.
+// So the arguments are laid out for the API version of the runtime that
+// calls the handler (XLA_FFI_Api::api_version of the call frame). A runtime
+// of another major version gets no state calls: its call sites run one-shot.
 
-// XLA_FFI_State_Get_Args and XLA_FFI_State_Set_Args of FFI API 0.2 and 0.3
-// (defined here: the headers have one of them).
+// XLA_FFI_State_Get_Args of FFI API 0.1 and 0.2, and _Set_Args of 0.2.
+// (These structs are defined here: the headers have one version's.)
 struct StateArgsV02 {
   size_t struct_size;
   XLA_FFI_Extension_Base* extension_start;
@@ -213,6 +219,16 @@ struct StateArgsV02 {
   XLA_FFI_TypeId* type_id;
   void* state;
 };
+// XLA_FFI_State_Set_Args of FFI API 0.1.
+struct StateSetArgsV01 {
+  size_t struct_size;
+  XLA_FFI_Extension_Base* extension_start;
+  XLA_FFI_ExecutionContext* ctx;
+  XLA_FFI_TypeId* type_id;
+  void* state;
+  void (*deleter)(void* state);
+};
+// XLA_FFI_State_Get_Args and XLA_FFI_State_Set_Args of FFI API 0.3.
 struct StateArgsV03 {
   size_t struct_size;
   XLA_FFI_Extension_Base* extension_start;
@@ -222,34 +238,40 @@ struct StateArgsV03 {
   void* state;
 };
 
-enum class StateLayout { kNone, kV02, kV03 };
+enum class StateLayout { kNone, kV01, kV02, kV03 };
 
 StateLayout StateLayoutOf(const XLA_FFI_Api* api) {
   const XLA_FFI_Api_Version& v = api->api_version;
-  if (v.major_version != 0) return StateLayout::kNone;
-  return v.minor_version >= 3 ? StateLayout::kV03 : StateLayout::kV02;
+  if (v.major_version != 0 || v.minor_version < 1) return StateLayout::kNone;
+  if (v.minor_version == 1) return StateLayout::kV01;
+  return v.minor_version == 2 ? StateLayout::kV02 : StateLayout::kV03;
 }
+
+void DeleteCallState(void* state) { delete static_cast<CallState*>(state); }
 
 // Calls `function` (the runtime's XLA_FFI_State_Get or _Set) for the
 // instantiation stage's CallState: `*state` in and out.
 template <typename Args>
 XLA_FFI_Error* CallStateFunction(XLA_FFI_Error* (*function)(Args*), const XLA_FFI_Api* api,
                                  XLA_FFI_ExecutionContext* ctx, void** state) {
+  constexpr bool kSet = std::is_same_v<Args, XLA_FFI_State_Set_Args>;
+  auto call = [&](auto args) {
+    XLA_FFI_Error* error = function(reinterpret_cast<Args*>(&args));
+    *state = args.state;
+    return error;
+  };
   switch (StateLayoutOf(api)) {
     case StateLayout::kNone: return nullptr;
-    case StateLayout::kV02: {
-      StateArgsV02 args{sizeof(args), nullptr, ctx, &CallState::id, *state};
-      XLA_FFI_Error* error = function(reinterpret_cast<Args*>(&args));
-      *state = args.state;
-      return error;
-    }
-    case StateLayout::kV03: {
-      StateArgsV03 args{sizeof(args), nullptr, ctx, XLA_FFI_ExecutionStage_INSTANTIATE,
-                        &CallState::id, *state};
-      XLA_FFI_Error* error = function(reinterpret_cast<Args*>(&args));
-      *state = args.state;
-      return error;
-    }
+    case StateLayout::kV01:
+      if constexpr (kSet)
+        return call(StateSetArgsV01{sizeof(StateSetArgsV01), nullptr, ctx, &CallState::id,
+                                    *state, &DeleteCallState});
+      [[fallthrough]];  // State_Get's arguments are 0.2's
+    case StateLayout::kV02:
+      return call(StateArgsV02{sizeof(StateArgsV02), nullptr, ctx, &CallState::id, *state});
+    case StateLayout::kV03:
+      return call(StateArgsV03{sizeof(StateArgsV03), nullptr, ctx,
+                               XLA_FFI_ExecutionStage_INSTANTIATE, &CallState::id, *state});
   }
   return nullptr;
 }
@@ -280,6 +302,8 @@ XLA_FFI_Error* GetCallState(const XLA_FFI_Api* api, XLA_FFI_ExecutionContext* ct
 // The bindings' ffi::State<CallState> (execute stage) and the instantiate
 // stage's ErrorOr<std::unique_ptr<CallState>> result go through the
 // functions above, in place of the headers' encodings (one layout only).
+// state_type_id() is what the headers of FFI API 0.2 on declare in the
+// instantiate stage's metadata (Instantiate, below, does it with 0.1's).
 namespace xla::ffi {
 
 template <>
@@ -593,10 +617,39 @@ ffi::ErrorOr<std::unique_ptr<CallState>> InstantiateCallState(ffi::Dictionary) {
   return std::make_unique<CallState>();
 }
 
-}  // namespace
-
-XLA_FFI_DEFINE_HANDLER(kInstantiate, InstantiateCallState,
+XLA_FFI_DEFINE_HANDLER(kInstantiateCallState, InstantiateCallState,
                        ffi::Ffi::BindInstantiate().Attrs<ffi::Dictionary>());
+
+// XLA_FFI_Metadata of FFI API 0.2 on, whose `state_type_id` a stateful
+// handler's instantiate stage fills in (FFI API 0.1's has no such field).
+struct MetadataV02 {
+  size_t struct_size;
+  XLA_FFI_Api_Version api_version;
+  XLA_FFI_Handler_Traits traits;
+  XLA_FFI_TypeId state_type_id;
+};
+
+// The instantiate stage. Asked for its metadata (at registration), it also
+// declares the state's type id when the runtime's metadata has the field
+// (FFI API 0.2 on), as the headers of 0.2 on do and 0.1's (the build's)
+// cannot; a 0.1 runtime's smaller struct is left as the headers fill it.
+XLA_FFI_Error* Instantiate(XLA_FFI_CallFrame* frame) {
+  XLA_FFI_Error* error = kInstantiateCallState(frame);
+  const XLA_FFI_Extension_Base* extension = frame->extension_start;
+  if (error != nullptr || extension == nullptr || extension->type != XLA_FFI_Extension_Metadata)
+    return error;
+  auto* metadata = reinterpret_cast<MetadataV02*>(
+      reinterpret_cast<const XLA_FFI_Metadata_Extension*>(extension)->metadata);
+  if (metadata->struct_size < XLA_FFI_STRUCT_SIZE(MetadataV02, state_type_id)) return nullptr;
+  if (CallState::id.type_id == XLA_FFI_UNKNOWN_TYPE_ID.type_id)
+    return ffi::internal::CreateError(
+        frame->api, ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                               "jax_aclnn: the state type must be registered before the handlers"));
+  metadata->state_type_id = CallState::id;
+  return nullptr;
+}
+
+}  // namespace
 
 #define JAX_ACLNN_DEFINE_HANDLERS(Name, name)                                     \
   XLA_FFI_DEFINE_HANDLER(k##Name##Cpu, Handler<Name##Op>::Impl<ffi::ThreadPool>, \
@@ -607,7 +660,7 @@ JAX_ACLNN_OPERATORS(JAX_ACLNN_DEFINE_HANDLERS)
 #undef JAX_ACLNN_DEFINE_HANDLERS
 
 #define JAX_ACLNN_HANDLER_SET(Name, name) \
-  {"aclnn_" #name, #name, kInstantiate, k##Name##Cpu, k##Name##Npu},
+  {"aclnn_" #name, #name, Instantiate, k##Name##Cpu, k##Name##Npu},
 const HandlerSet kHandlerSets[] = {JAX_ACLNN_OPERATORS(JAX_ACLNN_HANDLER_SET)};
 #undef JAX_ACLNN_HANDLER_SET
 const int kNumHandlerSets = sizeof(kHandlerSets) / sizeof(kHandlerSets[0]);
@@ -617,8 +670,8 @@ XLA_FFI_TypeId* CallStateTypeId() { return &CallState::id; }
 bool ExecutorReuse() { return executor_reuse.load(); }
 void SetExecutorReuse(bool enabled) { executor_reuse.store(enabled); }
 
-const XLA_FFI_TypeInfo* CallStateTypeInfo() {
-  static const XLA_FFI_TypeInfo info = ffi::MakeTypeInfo<CallState>();
+const TypeInfo* CallStateTypeInfo() {
+  static const TypeInfo info{sizeof(TypeInfo), nullptr, &DeleteCallState};
   return &info;
 }
 

@@ -3,6 +3,8 @@
 #ifndef JAX_ACLNN_FFI_HANDLERS_H_
 #define JAX_ACLNN_FFI_HANDLERS_H_
 
+#include <cstddef>
+
 #include "xla/ffi/api/c_api.h"
 
 namespace jax_aclnn {
@@ -19,9 +21,18 @@ struct HandlerSet {
 extern const HandlerSet kHandlerSets[];
 extern const int kNumHandlerSets;
 
+// XLA_FFI_TypeInfo of FFI API 0.2 on: what the runtime needs to know of a
+// registered type (defined here: FFI API 0.1's headers, the build's, lack it;
+// a 0.1 runtime takes the deleter with each XLA_FFI_State_Set instead).
+struct TypeInfo {
+  size_t struct_size;
+  XLA_FFI_Extension_Base* extension_start;
+  void (*deleter)(void* object);
+};
+
 // The FFI type id and type info of the per-call-site state.
 XLA_FFI_TypeId* CallStateTypeId();
-const XLA_FFI_TypeInfo* CallStateTypeInfo();
+const TypeInfo* CallStateTypeInfo();
 
 // Whether call sites keep repeatable executors (default on). Off, every call
 // runs the one-shot two-phase sequence; for measuring what reuse saves.

@@ -116,7 +116,10 @@ NB_MODULE(_aclnn_ffi, m) {
 #ifdef JAX_ACLNN_SANITIZERS
     info += ", sanitizers: " JAX_ACLNN_SANITIZERS;
 #endif
-    info += ", XLA FFI API " + std::to_string(XLA_FFI_API_MAJOR) + "." + std::to_string(XLA_FFI_API_MINOR);
+    // The headers' FFI API version; the handlers run on runtimes of that
+    // version or a newer one, laying out their state calls for it.
+    info += ", XLA FFI API " + std::to_string(XLA_FFI_API_MAJOR) + "." +
+            std::to_string(XLA_FFI_API_MINOR) + " headers (executor reuse on FFI API 0.1 to 0.3)";
     return info;
   });
 
