@@ -84,10 +84,10 @@ class FfiError(Exception):
 
 _handlers: dict[tuple[str, int], object] = {}
 
-#: The FFI API versions (0.minor) the test runtime speaks: 0.2 as jaxlib 0.8
-#: and 0.9.0, 0.3 as jaxlib 0.9.1 on (whose State_Get/Set arguments have a
-#: `stage`).
-FFI_API_MINOR_VERSIONS = (2, 3)
+#: The FFI API versions (0.minor) the test runtime speaks: 0.1 as jaxlib 0.7
+#: (whose State_Set takes the state's deleter), 0.2 as jaxlib 0.8 and 0.9.0,
+#: 0.3 as jaxlib 0.9.1 on (whose State_Get/Set arguments have a `stage`).
+FFI_API_MINOR_VERSIONS = (1, 2, 3)
 
 
 def npu_handler(target: str, api_minor_version: int = 3):
@@ -99,7 +99,8 @@ def npu_handler(target: str, api_minor_version: int = 3):
         type_id = rt.register_type(_registration.STATE_TYPE_NAME, _loading._aclnn_ffi.state_type())
         handler = rt.Handler(_loading._aclnn_ffi.registrations()[target]["npu"], api_minor_version)
         assert handler.api_version == (0, api_minor_version)
-        assert handler.state_type_id == type_id  # what its instantiate stage declares
+        # what its instantiate stage declares (FFI API 0.1's metadata has no field for it)
+        assert handler.state_type_id == (type_id if api_minor_version >= 2 else 0)
         _handlers[key] = handler
     return _handlers[key]
 

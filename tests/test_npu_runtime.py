@@ -345,7 +345,7 @@ def test_workspace_comes_from_the_scratch_allocator_and_is_freed(npu):
 
 
 # The handlers lay the state's arguments out for the FFI API version the
-# runtime speaks: both that jax_aclnn supports.
+# runtime speaks: each that jax_aclnn supports.
 @pytest.mark.parametrize("api_minor_version", FFI_API_MINOR_VERSIONS)
 def test_executor_reuse_steady_state_and_moved_buffers(npu, api_minor_version):
     npu.run(_check_executor_reuse_steady_state, api_minor_version)

@@ -27,7 +27,7 @@ class Handler:
 
     def __init__(self, bundle: dict, api_minor_version: int = 3) -> None:
         """
-        Registers a handler with the runtime of FFI API 0.`api_minor_version` (2 or 3).
+        Registers a handler with the runtime of FFI API 0.`api_minor_version` (1, 2 or 3).
         """
 
     @property

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <unordered_map>
 
@@ -38,7 +39,7 @@ XLA_FFI_Error* Unimplemented(const char* what) {
 struct TypeRegistry {
   std::mutex mu;
   std::unordered_map<std::string, int64_t> ids;
-  std::unordered_map<int64_t, XLA_FFI_TypeInfo> infos;
+  std::unordered_map<int64_t, TypeInfo> infos;  // deleter null: registered by id only
   int64_t next_id = 1;
 };
 
@@ -72,34 +73,31 @@ XLA_FFI_Error* StreamGet(XLA_FFI_Stream_Get_Args* args) {
   return nullptr;
 }
 
-XLA_FFI_Error* TypeRegister(XLA_FFI_Type_Register_Args* args) {
-  CHECK_ARGS(XLA_FFI_Type_Register_Args);
-  const std::string name(args->name.ptr, args->name.len);
-  TypeRegistry& r = Types();
-  std::lock_guard<std::mutex> lock(r.mu);
-  auto known = r.ids.find(name);
-  const int64_t wanted = args->type_id->type_id;
-  if (wanted == 0) {  // XLA assigns a fresh id, or the name's existing one
-    if (known == r.ids.end()) {
-      while (r.infos.count(r.next_id)) ++r.next_id;
-      known = r.ids.emplace(name, r.next_id++).first;
-      r.infos[known->second] = *args->type_info;
-    }
-    args->type_id->type_id = known->second;
-    return nullptr;
-  }
-  if (known != r.ids.end()) {
-    if (known->second == wanted) return nullptr;
-    return MakeError(XLA_FFI_Error_Code_INVALID_ARGUMENT,
-                     "type " + name + " is registered with id " + std::to_string(known->second) +
-                         ", not " + std::to_string(wanted));
-  }
-  if (r.infos.count(wanted))
-    return MakeError(XLA_FFI_Error_Code_INVALID_ARGUMENT,
-                     "type id " + std::to_string(wanted) + " is taken by another type");
-  r.ids.emplace(name, wanted);
-  r.infos[wanted] = *args->type_info;
-  return nullptr;
+// XLA_FFI_Type_Register_Args of FFI API 0.2 on; 0.1's
+// XLA_FFI_TypeId_Register_Args ends at `type_id` (no type info).
+struct TypeRegisterArgs {
+  size_t struct_size;
+  XLA_FFI_Extension_Base* extension_start;
+  XLA_FFI_ByteSpan name;
+  XLA_FFI_TypeId* type_id;
+  const TypeInfo* type_info;
+};
+
+// The API table's type registration: XLA_FFI_TypeId_Register of FFI API 0.1
+// (by id: the deleter comes with each XLA_FFI_State_Set), XLA_FFI_Type_Register
+// of 0.2 on (with the type's info). `HeaderArgs` is the headers' argument type
+// of that table entry, deduced where the table is made.
+template <int kMinor, typename HeaderArgs>
+XLA_FFI_Error* TypeRegister(HeaderArgs* c_args) {
+  auto* args = reinterpret_cast<TypeRegisterArgs*>(c_args);
+  // The size XLA checks, also in 0.2 (its struct traits end at `type_id`).
+  const size_t expected = XLA_FFI_STRUCT_SIZE(TypeRegisterArgs, type_id);
+  if (XLA_FFI_Error* e = CheckStructSize("XLA_FFI_Type_Register_Args", expected, args->struct_size))
+    return e;
+  if (kMinor >= 2 && args->type_info == nullptr)
+    return MakeError(XLA_FFI_Error_Code_INVALID_ARGUMENT, "type info is null");
+  return RegisterType(std::string_view(args->name.ptr, args->name.len), args->type_id,
+                      kMinor >= 2 ? args->type_info : nullptr);
 }
 
 XLA_FFI_Error* ExecutionContextGet(XLA_FFI_ExecutionContext_Get_Args*) {
@@ -107,16 +105,26 @@ XLA_FFI_Error* ExecutionContextGet(XLA_FFI_ExecutionContext_Get_Args*) {
 }
 
 // The state functions, in the argument layout of FFI API 0.`kMinor` (defined
-// here, as XLA's: the headers have one of them). 0.3 (jaxlib 0.9.1 on) puts
-// a `stage` in front of `type_id`. jaxlib's XLA also takes a 0.2-sized
-// struct as the instantiation stage's; this runtime refuses it, as the API
-// allows, so that the tests see which layout a handler uses.
-struct StateArgsV02 {  // XLA_FFI_State_Get_Args and _Set_Args of FFI API 0.2
+// here, as XLA's: the headers have one of them). 0.1 (jaxlib 0.7) passes the
+// state's deleter to XLA_FFI_State_Set; 0.2 takes it from the type's
+// registration; 0.3 (jaxlib 0.9.1 on) puts a `stage` in front of `type_id`.
+// jaxlib's XLA also takes a 0.2-sized struct as the instantiation stage's in
+// 0.3; this runtime refuses it, as the API allows, so that the tests see
+// which layout a handler uses.
+struct StateArgsV02 {  // XLA_FFI_State_Get_Args of FFI API 0.1 and 0.2, _Set_Args of 0.2
   size_t struct_size;
   XLA_FFI_Extension_Base* extension_start;
   XLA_FFI_ExecutionContext* ctx;
   XLA_FFI_TypeId* type_id;
   void* state;
+};
+struct StateSetArgsV01 {  // XLA_FFI_State_Set_Args of FFI API 0.1
+  size_t struct_size;
+  XLA_FFI_Extension_Base* extension_start;
+  XLA_FFI_ExecutionContext* ctx;
+  XLA_FFI_TypeId* type_id;
+  void* state;
+  void (*deleter)(void* state);
 };
 struct StateArgsV03 {  // of FFI API 0.3
   size_t struct_size;
@@ -127,11 +135,13 @@ struct StateArgsV03 {  // of FFI API 0.3
   void* state;
 };
 
-template <int kMinor>
-using StateArgs = std::conditional_t<kMinor >= 3, StateArgsV03, StateArgsV02>;
+template <int kMinor, bool kSet>
+using StateArgs =
+    std::conditional_t<kMinor >= 3, StateArgsV03,
+                       std::conditional_t<kMinor == 1 && kSet, StateSetArgsV01, StateArgsV02>>;
 
-template <int kMinor>
-XLA_FFI_Error* CheckStateArgs(const char* name, const StateArgs<kMinor>* args) {
+template <int kMinor, typename Args>
+XLA_FFI_Error* CheckStateArgs(const char* name, const Args* args) {
   if (XLA_FFI_Error* e = CheckStructSize(name, sizeof(*args), args->struct_size)) return e;
   if constexpr (kMinor >= 3) {
     if (args->stage != XLA_FFI_ExecutionStage_INSTANTIATE)
@@ -142,14 +152,16 @@ XLA_FFI_Error* CheckStateArgs(const char* name, const StateArgs<kMinor>* args) {
 
 template <int kMinor>
 XLA_FFI_Error* StateSet(XLA_FFI_State_Set_Args* c_args) {
-  auto* args = reinterpret_cast<StateArgs<kMinor>*>(c_args);
+  auto* args = reinterpret_cast<StateArgs<kMinor, /*kSet=*/true>*>(c_args);
   if (XLA_FFI_Error* e = CheckStateArgs<kMinor>("XLA_FFI_State_Set_Args", args)) return e;
-  return args->ctx->state->Set(*args->type_id, args->state);
+  void (*deleter)(void*) = nullptr;  // 0.2 on: the registered type's
+  if constexpr (kMinor == 1) deleter = args->deleter;
+  return args->ctx->state->Set(*args->type_id, args->state, deleter);
 }
 
 template <int kMinor>
 XLA_FFI_Error* StateGet(XLA_FFI_State_Get_Args* c_args) {
-  auto* args = reinterpret_cast<StateArgs<kMinor>*>(c_args);
+  auto* args = reinterpret_cast<StateArgs<kMinor, /*kSet=*/false>*>(c_args);
   if (XLA_FFI_Error* e = CheckStateArgs<kMinor>("XLA_FFI_State_Get_Args", args)) return e;
   return args->ctx->state->Get(*args->type_id, &args->state);
 }
@@ -224,6 +236,37 @@ const char* ErrorCodeName(XLA_FFI_Error_Code code) {
   return i >= 0 && i < 17 ? names[i] : "UNKNOWN_CODE";
 }
 
+XLA_FFI_Error* RegisterType(std::string_view name_view, XLA_FFI_TypeId* type_id,
+                            const TypeInfo* info) {
+  const std::string name(name_view);
+  const TypeInfo registered = info ? *info : TypeInfo{sizeof(TypeInfo), nullptr, nullptr};
+  TypeRegistry& r = Types();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto known = r.ids.find(name);
+  const int64_t wanted = type_id->type_id;
+  if (wanted == 0) {  // XLA assigns a fresh id, or the name's existing one
+    if (known == r.ids.end()) {
+      while (r.infos.count(r.next_id)) ++r.next_id;
+      known = r.ids.emplace(name, r.next_id++).first;
+      r.infos[known->second] = registered;
+    }
+    type_id->type_id = known->second;
+    return nullptr;
+  }
+  if (known != r.ids.end()) {
+    if (known->second == wanted) return nullptr;
+    return MakeError(XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                     "type " + name + " is registered with id " + std::to_string(known->second) +
+                         ", not " + std::to_string(wanted));
+  }
+  if (r.infos.count(wanted))
+    return MakeError(XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                     "type id " + std::to_string(wanted) + " is taken by another type");
+  r.ids.emplace(name, wanted);
+  r.infos[wanted] = registered;
+  return nullptr;
+}
+
 // ----- Device -----
 
 XLA_FFI_Error* Device::Allocate(size_t size, size_t alignment, void** data) {
@@ -273,7 +316,8 @@ void Device::SetMemoryLimit(std::optional<size_t> bytes) {
 
 // ----- ExecutionState -----
 
-XLA_FFI_Error* ExecutionState::Set(XLA_FFI_TypeId type_id, void* state) {
+XLA_FFI_Error* ExecutionState::Set(XLA_FFI_TypeId type_id, void* state,
+                                   void (*deleter)(void*)) {
   if (state_ != nullptr)
     return MakeError(XLA_FFI_Error_Code_FAILED_PRECONDITION, "State is already set");
   TypeRegistry& r = Types();
@@ -284,7 +328,7 @@ XLA_FFI_Error* ExecutionState::Set(XLA_FFI_TypeId type_id, void* state) {
                      "type id " + std::to_string(type_id.type_id) + " is not registered");
   type_id_ = type_id.type_id;
   state_ = state;
-  deleter_ = info->second.deleter;
+  deleter_ = deleter != nullptr ? deleter : info->second.deleter;
   return nullptr;
 }
 
@@ -318,7 +362,7 @@ const XLA_FFI_Api* ApiOf() {
       ErrorDestroy,
       HandlerRegister,
       StreamGet,
-      TypeRegister,
+      TypeRegister<kMinor>,
       ExecutionContextGet,
       StateSet<kMinor>,
       StateGet<kMinor>,
@@ -337,10 +381,11 @@ const XLA_FFI_Api* ApiOf() {
 
 const XLA_FFI_Api* Api(int minor_version) {
   switch (minor_version) {
+    case 1: return ApiOf<1>();
     case 2: return ApiOf<2>();
     case 3: return ApiOf<3>();
     default:
-      throw std::invalid_argument("the test runtime speaks FFI API 0.2 and 0.3, not 0." +
+      throw std::invalid_argument("the test runtime speaks FFI API 0.1, 0.2 and 0.3, not 0." +
                                   std::to_string(minor_version));
   }
 }

@@ -13,11 +13,31 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "xla/ffi/api/c_api.h"
 
 namespace jax_aclnn::testing {
+
+// Structs of FFI API versions other than the headers' (the build's are 0.1's,
+// jaxlib 0.7.2; a build against newer headers works the same), defined here
+// as XLA defines them.
+
+// XLA_FFI_TypeInfo (FFI API 0.2 on): a registered type's deleter.
+struct TypeInfo {
+  size_t struct_size;
+  XLA_FFI_Extension_Base* extension_start;
+  void (*deleter)(void* object);
+};
+
+// XLA_FFI_Metadata of FFI API 0.2 on: 0.1's ends at `traits`.
+struct Metadata {
+  size_t struct_size;
+  XLA_FFI_Api_Version api_version;
+  XLA_FFI_Handler_Traits traits;
+  XLA_FFI_TypeId state_type_id;
+};
 
 // A device: a fake aclrtStream and a host-memory allocator that counts.
 class Device {
@@ -57,7 +77,9 @@ class ExecutionState {
   ExecutionState& operator=(const ExecutionState&) = delete;
   ~ExecutionState() { Reset(); }
 
-  XLA_FFI_Error* Set(XLA_FFI_TypeId type_id, void* state);
+  // `deleter`: the one FFI API 0.1 passes with the state; null (0.2 on):
+  // the registered type's.
+  XLA_FFI_Error* Set(XLA_FFI_TypeId type_id, void* state, void (*deleter)(void*));
   XLA_FFI_Error* Get(XLA_FFI_TypeId type_id, void** state) const;
   bool has_state() const { return state_ != nullptr; }
   void Reset();
@@ -69,10 +91,15 @@ class ExecutionState {
 };
 
 // The process's XLA FFI API table of FFI API 0.`minor_version` (one per XLA
-// instance, as XLA_FFI_GetApi): 2 as jaxlib 0.8 and 0.9.0, 3 as 0.9.1 on
-// (std::invalid_argument for another). They differ in the layout of the
-// XLA_FFI_State_Get/Set arguments.
+// instance, as XLA_FFI_GetApi): 1 as jaxlib 0.7, 2 as jaxlib 0.8 and 0.9.0,
+// 3 as 0.9.1 on (std::invalid_argument for another). They differ in the
+// layout of the XLA_FFI_State_Get/Set arguments and of type registration.
 const XLA_FFI_Api* Api(int minor_version);
+
+// Registers a type in the process's type registry, as jaxlib's
+// register_custom_type does: `type_id` 0 is assigned a fresh id (or the
+// name's). `info` null: by id only, as FFI API 0.1 registers types.
+XLA_FFI_Error* RegisterType(std::string_view name, XLA_FFI_TypeId* type_id, const TypeInfo* info);
 
 XLA_FFI_Error* MakeError(XLA_FFI_Error_Code code, std::string message);
 // Takes an error returned to the runtime: its code and message; destroys it.

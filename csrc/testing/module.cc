@@ -1,6 +1,7 @@
 // nanobind module jax_aclnn._ffi_testing (test-only): drives FFI handlers as
 // XLA does on a device platform. A Handler is registered from its stage
-// capsules (with XLA's metadata query) with a runtime of FFI API 0.2 or 0.3; Handler.instantiate makes a call site
+// capsules (with XLA's metadata query) with a runtime of FFI API 0.1, 0.2 or
+// 0.3; Handler.instantiate makes a call site
 // (INSTANTIATE stage, which sets the site's state); CallSite.execute builds
 // an XLA_FFI_CallFrame of buffers and attributes laid out as XLA lays them
 // out and calls the EXECUTE stage on a Device's stream and memory; freeing
@@ -28,8 +29,8 @@ namespace nb = nanobind;
 namespace jax_aclnn::testing {
 namespace {
 
-// The FFI API versions the runtime speaks: 0.2 (jaxlib 0.8 and 0.9.0) and 0.3
-// (jaxlib 0.9.1 on).
+// The FFI API versions the runtime speaks: 0.1 (jaxlib 0.7), 0.2 (jaxlib 0.8
+// and 0.9.0) and 0.3 (jaxlib 0.9.1 on).
 constexpr int kNewestApiMinorVersion = 3;
 
 using ErrorInfo = std::optional<std::pair<std::string, std::string>>;  // (code, message)
@@ -170,14 +171,21 @@ XLA_FFI_CallFrame MakeFrame(const XLA_FFI_Api* api, XLA_FFI_ExecutionContext* ct
   return frame;
 }
 
-// What XLA asks a handler at registration (its metadata extension). As XLA,
-// the runtime takes handlers of its own FFI API version or an older one.
-XLA_FFI_Metadata QueryMetadata(const XLA_FFI_Api* api, XLA_FFI_Handler* handler) {
-  XLA_FFI_Metadata metadata{XLA_FFI_Metadata_STRUCT_SIZE,
-                            XLA_FFI_Api_Version{XLA_FFI_Api_Version_STRUCT_SIZE}};
+// What XLA asks a handler at registration (its metadata extension), in the
+// runtime's XLA_FFI_Metadata. As XLA, the runtime takes handlers of its own
+// FFI API version or an older one. FFI API 0.1's metadata ends at `traits`:
+// there the state's type id is 0 (unknown), and the bytes after the struct
+// must be left alone.
+Metadata QueryMetadata(const XLA_FFI_Api* api, XLA_FFI_Handler* handler) {
+  const bool v01 = api->api_version.minor_version < 2;
+  constexpr int64_t kUntouched = 0x0dd0'5eed'0dd0'5eed;
+  Metadata metadata{v01 ? XLA_FFI_STRUCT_SIZE(Metadata, traits)
+                        : XLA_FFI_STRUCT_SIZE(Metadata, state_type_id),
+                    XLA_FFI_Api_Version{XLA_FFI_Api_Version_STRUCT_SIZE}, 0,
+                    XLA_FFI_TypeId{v01 ? kUntouched : 0}};
   XLA_FFI_Metadata_Extension extension{
       XLA_FFI_Extension_Base{XLA_FFI_Metadata_Extension_STRUCT_SIZE, XLA_FFI_Extension_Metadata},
-      &metadata};
+      reinterpret_cast<XLA_FFI_Metadata*>(&metadata)};
   XLA_FFI_CallFrame frame{};
   frame.struct_size = XLA_FFI_CallFrame_STRUCT_SIZE;
   frame.extension_start = &extension.extension_base;
@@ -188,6 +196,11 @@ XLA_FFI_Metadata QueryMetadata(const XLA_FFI_Api* api, XLA_FFI_Handler* handler)
   frame.attrs.struct_size = XLA_FFI_Attrs_STRUCT_SIZE;
   if (ErrorInfo e = ToErrorInfo(Call(handler, &frame)))
     throw std::runtime_error("metadata query failed: " + e->first + ": " + e->second);
+  if (v01) {
+    if (metadata.state_type_id.type_id != kUntouched)
+      throw std::runtime_error("the handler wrote past FFI API 0.1's XLA_FFI_Metadata");
+    metadata.state_type_id = XLA_FFI_UNKNOWN_TYPE_ID;
+  }
   const XLA_FFI_Api_Version& v = metadata.api_version;
   const XLA_FFI_Api_Version& runtime = api->api_version;
   if (v.major_version != runtime.major_version || v.minor_version > runtime.minor_version)
@@ -205,7 +218,7 @@ struct Handler {
   const XLA_FFI_Api* api;  // of the runtime the handler is registered with
   XLA_FFI_Handler* instantiate = nullptr;
   XLA_FFI_Handler* execute = nullptr;
-  int64_t state_type_id = 0;  // of the state the instantiate stage makes
+  int64_t state_type_id = 0;  // of the state the instantiate stage makes (0 on FFI API 0.1)
 
   Handler(const nb::dict& bundle, int api_minor_version)
       : api(Api(api_minor_version)),
@@ -254,16 +267,14 @@ class CallSite {
   ExecutionState state_;
 };
 
-int64_t RegisterType(const std::string& name, const nb::dict& state_type) {
-  XLA_FFI_Type_Register_Args args{};
-  args.struct_size = XLA_FFI_Type_Register_Args_STRUCT_SIZE;
-  args.name = {name.data(), name.size()};
-  args.type_id = static_cast<XLA_FFI_TypeId*>(nb::cast<nb::capsule>(state_type["type_id"]).data());
-  args.type_info =
-      static_cast<const XLA_FFI_TypeInfo*>(nb::cast<nb::capsule>(state_type["type_info"]).data());
-  if (ErrorInfo e = ToErrorInfo(Api(kNewestApiMinorVersion)->XLA_FFI_Type_Register(&args)))
+// Registers the type as jaxlib does (with its info: the deleter of FFI API
+// 0.2 on, which a runtime of 0.1 ignores).
+int64_t RegisterStateType(const std::string& name, const nb::dict& state_type) {
+  auto* type_id = static_cast<XLA_FFI_TypeId*>(nb::cast<nb::capsule>(state_type["type_id"]).data());
+  auto* info = static_cast<const TypeInfo*>(nb::cast<nb::capsule>(state_type["type_info"]).data());
+  if (ErrorInfo e = ToErrorInfo(RegisterType(name, type_id, info)))
     throw std::runtime_error("type registration failed: " + e->first + ": " + e->second);
-  return args.type_id->type_id;
+  return type_id->type_id;
 }
 
 }  // namespace
@@ -271,7 +282,7 @@ int64_t RegisterType(const std::string& name, const nb::dict& state_type) {
 NB_MODULE(_ffi_testing, m) {
   m.doc() = "Test-only minimal XLA FFI runtime for the device-platform (NPU) handlers.";
 
-  m.def("register_type", &RegisterType, nb::arg("name"), nb::arg("state_type"),
+  m.def("register_type", &RegisterStateType, nb::arg("name"), nb::arg("state_type"),
         "Registers an FFI type ({'type_id': capsule, 'type_info': capsule}); returns its id.");
 
   nb::class_<Device>(m, "Device", "A fake device: its stream and counted memory.")
@@ -297,7 +308,7 @@ NB_MODULE(_ffi_testing, m) {
   nb::class_<Handler>(m, "Handler", "An FFI handler bundle, registered as XLA does.")
       .def(nb::init<const nb::dict&, int>(), nb::arg("bundle"),
            nb::arg("api_minor_version") = kNewestApiMinorVersion,
-           "Registers a handler with the runtime of FFI API 0.`api_minor_version` (2 or 3).")
+           "Registers a handler with the runtime of FFI API 0.`api_minor_version` (1, 2 or 3).")
       .def_prop_ro("api_version",
                    [](const Handler& h) {
                      return std::make_pair(h.api->api_version.major_version,
