@@ -52,14 +52,14 @@ lower_fun = mlir.lower_fun
 
 
 def lower_per_platform(ctx: Any, *args: Any, **kwargs: Any) -> Any:
-    """``mlir.lower_per_platform`` (jax 0.8.1 to 0.10). Its multi-platform
+    """``mlir.lower_per_platform`` (jax 0.7.2 to 0.10). Its multi-platform
     branch (``jax.export`` for several platforms) concatenates a list with
     ``ctx.avals_out``, which JAX hands an uncacheable lowering rule as a
     tuple: give it a list."""
     return mlir.lower_per_platform(ctx.replace(avals_out=list(ctx.avals_out)), *args, **kwargs)
 
 
-# Autodiff rules of primitives (jax 0.8.1 to 0.10: jax._src.interpreters.ad).
+# Autodiff rules of primitives (jax 0.7.2 to 0.10: jax._src.interpreters.ad).
 primitive_jvps = ad.primitive_jvps
 primitive_transposes = ad.primitive_transposes
 #: A symbolic zero tangent or cotangent.
@@ -71,12 +71,13 @@ is_undefined_primal = ad.is_undefined_primal
 
 def _aval_varying_axes(aval: Any) -> frozenset:
     mat = getattr(aval, "mat", None)  # jax >= 0.10: varying/unreduced/reduced axes
-    return frozenset(mat.varying if mat is not None else getattr(aval, "vma", ()))  # jax 0.8, 0.9
+    # jax 0.7 to 0.9: the varying manual axes only
+    return frozenset(mat.varying if mat is not None else getattr(aval, "vma", ()))
 
 
 try:  # jax >= 0.10
     _insert_varying_casts = _core.auto_insert_reshard
-except AttributeError:  # jax 0.8, 0.9
+except AttributeError:  # jax 0.7 to 0.9
     _insert_varying_casts = _core.standard_insert_pvary
 
 
@@ -95,7 +96,7 @@ def repair_psum_batching() -> None:
     ``axis_name``, so a program that never synchronizes a batch norm runs
     with JAX's own rule."""
     global _psum_batching_repaired
-    if _psum_batching_repaired or _release(jax.__version__) >= (0, 9):
+    if _psum_batching_repaired or not (0, 8) <= _release(jax.__version__) < (0, 9):
         return
     from jax._src.lax import parallel
 
@@ -134,12 +135,12 @@ def with_operand_types(out: Any, in_avals: Sequence[Any], spec: Sequence[Any]) -
         sharding = _core.get_cur_mesh_sharding()
     if hasattr(_core, "ManualAxisType"):  # jax >= 0.10
         return out.update(sharding=sharding, manual_axis_type=_core.ManualAxisType(varying=vma))
-    return out.update(sharding=sharding, vma=vma)  # jax 0.8, 0.9
+    return out.update(sharding=sharding, vma=vma)  # jax 0.7 to 0.9
 
 
 def sharded_dims(x: Any) -> frozenset[int]:
     """The dimensions of ``x`` that its type shards (explicit mesh axes,
-    jax >= 0.8.1: ``jax.typeof(x).sharding``); a reshape merging one of them
+    jax >= 0.7.2: ``jax.typeof(x).sharding``); a reshape merging one of them
     with another dimension is a ShardingTypeError."""
     sharding = getattr(jax.typeof(x), "sharding", None)
     spec = tuple(sharding.spec) if sharding is not None else ()
@@ -150,10 +151,28 @@ def register_cpu_ffi_type(name: str, registration: dict[str, Any]) -> None:
     """Registers an FFI type in XLA's process-wide registry for the CPU,
     whether or not JAX's CPU backend has started (jaxlib's CPU client does
     the same for the types queued before it starts). The public
-    ``jax.ffi.register_ffi_type`` only queues it until then."""
-    from jax._src.lib import _jax  # jax 0.8.1 .. 0.10 (0.8.0 lacks it: the floor)
+    ``jax.ffi.register_ffi_type`` only queues it until then.
 
-    _jax.register_custom_type(name, registration)
+    ``registration`` is ``{"type_id": capsule, "type_info": capsule}``; jax
+    0.7 (FFI API 0.1) registers the type id only, which its public
+    ``jax.ffi.register_ffi_type_id`` does at once for the CPU: the handlers
+    hand that runtime the state's deleter with the state itself."""
+    from jax._src.lib import _jax
+
+    if hasattr(_jax, "register_custom_type"):  # jax 0.8.1 .. 0.10 (0.8.0 lacks it)
+        _jax.register_custom_type(name, registration)
+    else:  # jax 0.7
+        jax.ffi.register_ffi_type_id(name, registration["type_id"], platform="cpu")
+
+
+def register_ffi_type(name: str, registration: dict[str, Any], platform: str) -> None:
+    """``jax.ffi.register_ffi_type`` (jax 0.8.1 .. 0.10); jax 0.7 (FFI API
+    0.1) registers the type id only (``jax.ffi.register_ffi_type_id``), as
+    :func:`register_cpu_ffi_type`."""
+    if hasattr(jax.ffi, "register_ffi_type"):
+        jax.ffi.register_ffi_type(name, registration, platform=platform)
+    else:  # jax 0.7
+        jax.ffi.register_ffi_type_id(name, registration["type_id"], platform=platform)
 
 
 def require_devices_during_lowering(primitive: Primitive) -> None:
@@ -164,7 +183,7 @@ def require_devices_during_lowering(primitive: Primitive) -> None:
 
 def register_lowering_per_use(primitive: Primitive, rule: Any) -> None:
     """Registers a lowering rule run at each use of ``primitive``, seeing
-    the values of its operands (``cacheable=False``, jax 0.8.1 to 0.10; by default
+    the values of its operands (``cacheable=False``, jax 0.7.2 to 0.10; by default
     JAX lowers a primitive once per operand types, with function arguments
     for operands)."""
     mlir.register_lowering(primitive, rule, cacheable=False)
@@ -172,7 +191,7 @@ def register_lowering_per_use(primitive: Primitive, rule: Any) -> None:
 
 def is_function_argument(value: Any) -> bool:
     """Whether an MLIR value being lowered is an argument of the function
-    that holds it (jax 0.8.1 to 0.10: ``ir.BlockArgument``, as JAX's own
+    that holds it (jax 0.7.2 to 0.10: ``ir.BlockArgument``, as JAX's own
     lowering tests), not an operation's result: in the entry function, a
     parameter of the jitted program, whose buffer XLA never hands to an
     operation's result unless donated."""
@@ -212,6 +231,7 @@ __all__ = [
     "primitive_jvps",
     "primitive_transposes",
     "register_cpu_ffi_type",
+    "register_ffi_type",
     "register_lowering",
     "register_lowering_per_use",
     "require_devices_during_lowering",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 
 import jax
+import jax.export  # export_disabled_checks (jax 0.7 does not import it with jax)
 
 from jax_aclnn import _compat, _switches
 from jax_aclnn._loading import _aclnn_ffi
@@ -64,7 +65,7 @@ def ensure_npu_registered() -> None:
             jax.devices(npu)
         except RuntimeError:
             pass
-        jax.ffi.register_ffi_type(STATE_TYPE_NAME, _aclnn_ffi.state_type(), platform=npu)
+        _compat.register_ffi_type(STATE_TYPE_NAME, _aclnn_ffi.state_type(), platform=npu)
         for target, per_platform in _aclnn_ffi.registrations().items():
             jax.ffi.register_ffi_target(target, per_platform["npu"], platform=npu)
         _npu_registered = True

@@ -13,6 +13,7 @@ from __future__ import annotations
 import jax
 from flax import nnx
 from flax.nnx.module import first_from
+from flax.nnx.nn import dtypes as _dtypes
 
 from jax_aclnn.flax import _batch_norm as _bn
 
@@ -57,7 +58,10 @@ class BatchNorm(nnx.BatchNorm):
         axes = _bn.feature_axes(x.ndim, self.axis)
         scale = self.scale[...] if self.scale is not None else None
         bias = self.bias[...] if self.bias is not None else None
-        x, mean, var, scale, bias = self.promote_dtype(
+        # The layer's promote_dtype (a constructor argument from flax 0.12.1;
+        # flax 0.12.0, the newest for jax 0.7, has Flax's own function only)
+        promote_dtype = getattr(self, "promote_dtype", _dtypes.promote_dtype)
+        x, mean, var, scale, bias = promote_dtype(
             (x, self.mean[...], self.var[...], scale, bias), dtype=self.dtype
         )
         if use_running_average:
