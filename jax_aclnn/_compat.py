@@ -16,23 +16,38 @@ from typing import Any
 import jax
 import jaxlib.version
 
-#: jax and jaxlib releases supported: ``>= floor, < ceiling`` (pyproject.toml
-#: declares the same range, and builds against the floor's XLA FFI headers).
-SUPPORTED_JAX = ("0.8.1", "0.11")
+#: jax and jaxlib releases supported: ``>= floor, < ceiling``, but for
+#: :data:`EXCLUDED_JAX` (pyproject.toml declares the same range,
+#: :func:`version_specifier`, and builds against the floor's XLA FFI headers).
+SUPPORTED_JAX = ("0.7.2", "0.11")
+#: Releases in the range that are not supported: jax 0.8.0 lacks the CPU type
+#: registration that :func:`register_cpu_ffi_type` needs.
+EXCLUDED_JAX = ("0.8.0",)
 
 
 def _release(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.match(r"\d+(?:\.\d+)*", version).group().split("."))
 
 
-def check_jax_version(jax_version: str, jaxlib_version: str) -> None:
-    """Raises ImportError unless both versions are in :data:`SUPPORTED_JAX`."""
+def version_specifier() -> str:
+    """The supported releases as a version specifier (pyproject.toml's):
+    ``>=0.7.2,!=0.8.0,<0.11``."""
     floor, ceiling = SUPPORTED_JAX
+    return ",".join([f">={floor}", *(f"!={v}" for v in EXCLUDED_JAX), f"<{ceiling}"])
+
+
+def check_jax_version(jax_version: str, jaxlib_version: str) -> None:
+    """Raises ImportError unless both versions are supported
+    (:data:`SUPPORTED_JAX`, :data:`EXCLUDED_JAX`)."""
+    floor, ceiling = SUPPORTED_JAX
+    spec = version_specifier()
     for name, version in (("jax", jax_version), ("jaxlib", jaxlib_version)):
-        if not _release(floor) <= _release(version) < _release(ceiling):
+        release = _release(version)
+        if not _release(floor) <= release < _release(ceiling) or any(
+                release == _release(v) for v in EXCLUDED_JAX):
             raise ImportError(
-                f"jax_aclnn supports {name} >={floor},<{ceiling}, but {name} {version} is "
-                f"installed: pip install 'jax>={floor},<{ceiling}' 'jaxlib>={floor},<{ceiling}'")
+                f"jax_aclnn supports {name} {spec}, but {name} {version} is "
+                f"installed: pip install 'jax{spec}' 'jaxlib{spec}'")
 
 
 check_jax_version(jax.__version__, jaxlib.version.__version__)
@@ -215,6 +230,7 @@ def spmd_partitioned(ctx: mlir.LoweringRuleContext) -> bool:
 
 
 __all__ = [
+    "EXCLUDED_JAX",
     "SUPPORTED_JAX",
     "Primitive",
     "Zero",
@@ -237,5 +253,6 @@ __all__ = [
     "require_devices_during_lowering",
     "sharded_dims",
     "spmd_partitioned",
+    "version_specifier",
     "with_operand_types",
 ]
