@@ -167,8 +167,12 @@ def test_python_scalars_take_the_dtype_of_the_arrays(dtype):
 
 
 def test_python_scalars_with_half_arrays_under_x64():
+    try:
+        from jax import enable_x64  # jax >= 0.8
+    except ImportError:  # jax 0.7
+        from jax.experimental import enable_x64
     x = jnp.linspace(-2, 2, 6, dtype=jnp.bfloat16)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         assert jnp.asarray(0.0).dtype == jnp.float64  # x64 is on
         assert aclnn.smooth_l1_loss(x, 0.0).dtype == jnp.bfloat16
         grad = jax.grad(lambda x: aclnn.smooth_l1_loss(x, 0.0).astype(jnp.float32))(x)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import reveal_type
 
 import jax
+import jax.export  # jax 0.7 does not import it with jax
 import jax.numpy as jnp
 
 import jax_aclnn as aclnn
