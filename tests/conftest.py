@@ -19,6 +19,11 @@ jax.config.update("jax_num_cpu_devices", NUM_DEVICES)
 
 DTYPES = ["float32", "float16", "bfloat16"]
 
+try:  # the context manager turning 64-bit types on
+    from jax import enable_x64  # jax >= 0.8
+except ImportError:  # jax 0.7
+    from jax.experimental import enable_x64  # noqa: F401
+
 
 def tolerance(dtype) -> float:
     """rtol = atol = eps ** (2/3) of the dtype (as TransformerEngine's tests)."""

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import jax_aclnn as aclnn
+from conftest import enable_x64
 
 F = np.ones((2, 3), np.float32)
 
@@ -167,10 +168,6 @@ def test_python_scalars_take_the_dtype_of_the_arrays(dtype):
 
 
 def test_python_scalars_with_half_arrays_under_x64():
-    try:
-        from jax import enable_x64  # jax >= 0.8
-    except ImportError:  # jax 0.7
-        from jax.experimental import enable_x64
     x = jnp.linspace(-2, 2, 6, dtype=jnp.bfloat16)
     with enable_x64(True):
         assert jnp.asarray(0.0).dtype == jnp.float64  # x64 is on

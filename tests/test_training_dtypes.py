@@ -29,7 +29,7 @@ import pytest
 
 import jax_aclnn as aclnn
 from cases import OPERATORS
-from conftest import DTYPES, f64
+from conftest import DTYPES, enable_x64, f64
 from jax_aclnn.cli import step_memory
 
 BATCH, WIDTH, LAYERS = 64, 16, 2
@@ -72,7 +72,7 @@ def test_jitted_gradient_through_all_operators(dtype, rng):
     assert all(np.isfinite(g).all() for g in ours)
     eps = float(jnp.finfo(dtype).eps)
     if dtype == "float32":
-        with jax.enable_x64(True):
+        with enable_x64(True):
             oracle = gradient(jnp.float64, params, x, y, use_jnp=True)
         error = relative_error(ours, oracle)
         assert error <= 100 * eps, error
