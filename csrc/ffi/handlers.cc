@@ -24,6 +24,7 @@
 #include "aclnn_abi.h"
 #include "attributes.h"
 #include "ffi/provider.h"
+#include "ffi/state_args.h"
 #include "ffi/stats.h"
 #include "host_stream.h"
 #include "xla/ffi/api/ffi.h"
@@ -207,36 +208,9 @@ ffi::TypeId CallState::id = {};
 //   without it (another XLA, a device plugin's) refuses the smaller struct,
 //   and the instantiate stage fails.
 // So the arguments are laid out for the API version of the runtime that
-// calls the handler (XLA_FFI_Api::api_version of the call frame). A runtime
-// of another major version gets no state calls: its call sites run one-shot.
-
-// XLA_FFI_State_Get_Args of FFI API 0.1 and 0.2, and _Set_Args of 0.2.
-// (These structs are defined here: the headers have one version's.)
-struct StateArgsV02 {
-  size_t struct_size;
-  XLA_FFI_Extension_Base* extension_start;
-  XLA_FFI_ExecutionContext* ctx;
-  XLA_FFI_TypeId* type_id;
-  void* state;
-};
-// XLA_FFI_State_Set_Args of FFI API 0.1.
-struct StateSetArgsV01 {
-  size_t struct_size;
-  XLA_FFI_Extension_Base* extension_start;
-  XLA_FFI_ExecutionContext* ctx;
-  XLA_FFI_TypeId* type_id;
-  void* state;
-  void (*deleter)(void* state);
-};
-// XLA_FFI_State_Get_Args and XLA_FFI_State_Set_Args of FFI API 0.3.
-struct StateArgsV03 {
-  size_t struct_size;
-  XLA_FFI_Extension_Base* extension_start;
-  XLA_FFI_ExecutionContext* ctx;
-  XLA_FFI_ExecutionStage stage;
-  XLA_FFI_TypeId* type_id;
-  void* state;
-};
+// calls the handler (XLA_FFI_Api::api_version of the call frame; the three
+// layouts: ffi/state_args.h). A runtime of another major version gets no
+// state calls: its call sites run one-shot.
 
 enum class StateLayout { kNone, kV01, kV02, kV03 };
 

@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <unordered_map>
 
+#include "ffi/state_args.h"
 #include "testing/ffi_runtime.h"
 
 namespace jax_aclnn::testing {
@@ -104,36 +105,13 @@ XLA_FFI_Error* ExecutionContextGet(XLA_FFI_ExecutionContext_Get_Args*) {
   return Unimplemented("XLA_FFI_ExecutionContext_Get (user data)");
 }
 
-// The state functions, in the argument layout of FFI API 0.`kMinor` (defined
-// here, as XLA's: the headers have one of them). 0.1 (jaxlib 0.7) passes the
+// The state functions, in the argument layout of FFI API 0.`kMinor`
+// (ffi/state_args.h, shared with the handlers). 0.1 (jaxlib 0.7) passes the
 // state's deleter to XLA_FFI_State_Set; 0.2 takes it from the type's
 // registration; 0.3 (jaxlib 0.9.1 on) puts a `stage` in front of `type_id`.
 // jaxlib's XLA also takes a 0.2-sized struct as the instantiation stage's in
 // 0.3; this runtime refuses it, as the API allows, so that the tests see
 // which layout a handler uses.
-struct StateArgsV02 {  // XLA_FFI_State_Get_Args of FFI API 0.1 and 0.2, _Set_Args of 0.2
-  size_t struct_size;
-  XLA_FFI_Extension_Base* extension_start;
-  XLA_FFI_ExecutionContext* ctx;
-  XLA_FFI_TypeId* type_id;
-  void* state;
-};
-struct StateSetArgsV01 {  // XLA_FFI_State_Set_Args of FFI API 0.1
-  size_t struct_size;
-  XLA_FFI_Extension_Base* extension_start;
-  XLA_FFI_ExecutionContext* ctx;
-  XLA_FFI_TypeId* type_id;
-  void* state;
-  void (*deleter)(void* state);
-};
-struct StateArgsV03 {  // of FFI API 0.3
-  size_t struct_size;
-  XLA_FFI_Extension_Base* extension_start;
-  XLA_FFI_ExecutionContext* ctx;
-  XLA_FFI_ExecutionStage stage;
-  XLA_FFI_TypeId* type_id;
-  void* state;
-};
 
 template <int kMinor, bool kSet>
 using StateArgs =
