@@ -1,7 +1,7 @@
 // Element types of the host provider: float32, float16 and bfloat16 storage,
 // always computed in float32. Contiguous float16 is converted by the CPU's
-// own instructions where the kernel target has them (F16C in x86-64-v3 and
-// v4, 8 lanes; NEON on aarch64: intrinsics, no other headers);
+// own instructions where the kernel target has them (F16C in x86-64-v3, 8
+// lanes; AVX-512 in v4, 16; NEON on aarch64: intrinsics, no other headers);
 // the portable baseline copy, strided views and vector tails use branch-free
 // integer and float formulas. bfloat16 is a 16-bit shift (rounding to
 // nearest even on store), in plain loops that the compiler vectorises.
@@ -103,6 +103,11 @@ constexpr const char* kHalfConversions = "portable formulas";
 // MXCSR's DAZ/FTZ do not apply), the formulas above for the rest.
 inline void HalvesToFloats(const uint16_t* __restrict src, int64_t n, float* __restrict dst) {
   int64_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(
+                                  reinterpret_cast<const __m256i*>(src + i))));
+#endif
 #if defined(__F16C__)
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(
@@ -116,6 +121,11 @@ inline void HalvesToFloats(const uint16_t* __restrict src, int64_t n, float* __r
 
 inline void FloatsToHalves(const float* __restrict src, int64_t n, uint16_t* __restrict dst) {
   int64_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
 #if defined(__F16C__)
   for (; i + 8 <= n; i += 8)
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),

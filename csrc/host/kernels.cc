@@ -6,10 +6,12 @@
 #include <limits>
 #include <memory>
 #include <type_traits>
+#include <utility>
 
 #include "host/dtype.h"
 #include "host/memory.h"
 #include "host/parallel.h"
+#include "host/simd.h"
 
 // Compiled once per CPU target (CMakeLists.txt), each copy in its own
 // namespace; dispatch.cc picks one at run time.
@@ -89,13 +91,56 @@ inline void ConvertTogether(const HalfRun* runs, int count, int64_t len) {
   }
 }
 
-// Applies `f` to the elements [begin, end) of the output (row-major order).
+// The formula on n elements: out[i] = f(in[0][i], in[1][i], ...), in
+// float32, vectorised by the compiler.
+template <typename F, size_t... k>
+void FloatLoop(const F& f, const float* const* in, int64_t n, float* out,
+               std::index_sequence<k...>) {
+  const F func = f;  // a local: reading the attributes through `f` blocks vectorisation
+  const float* const ptrs[] = {in[k]...};
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) out[i] = func(ptrs[k][i]...);
+}
+
+// The same on contiguous float16 or bfloat16 (D) inputs and output, a
+// vector of each at a time (simd.h): no float32 copy in memory.
+template <aclDataType D, typename F, size_t... k>
+void HalfLoop(const F& f, const uint16_t* const* in, int64_t n, uint16_t* out,
+              std::index_sequence<k...>) {
+  const F func = f;
+  const uint16_t* const ptrs[] = {in[k]...};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) StoreVec<D>(out + i, func(LoadVec<D>(ptrs[k] + i)...));
+  for (; i < n; ++i) StoreScalar<D>(out + i, func(LoadScalar<D>(ptrs[k] + i)...));
+}
+
+// Applies `f` to the elements [begin, end) of the output (row-major order),
+// a chunk of each run along the last dimension at a time. Where the output
+// and every input are float16 (or every one bfloat16), contiguous or
+// broadcast along that dimension, and the target converts that type in
+// vectors: HalfLoop. Otherwise each input that is not contiguous float32 is
+// converted into a float buffer first, and a half-precision or strided
+// output is computed into one.
+//
+// `out` may be the memory of an input: XLA gives the result the incoming
+// gradient's buffer (`alias_gradient` in jax_aclnn/_primitive.py; same
+// shape, so same strides). That is safe: every loop reads element i (or
+// vector i) of each input before it writes that of the output (no pointer
+// is __restrict; `omp simd` still vectorises, there being no loop-carried
+// dependence), a chunk of each input is converted before that chunk of the
+// output is written, and each task has its own range.
 template <typename F>
 void PointwiseRange(const F& f, const Layout& l, const View* inputs, int num_inputs,
                     const View& out, int64_t begin, int64_t end) {
+  constexpr auto kInputs = std::make_index_sequence<F::kNumInputs>();
   alignas(64) float bufs[5][kChunk];
   const int r = l.rank;
   const int64_t inner = l.dims[r - 1];
+  const int64_t so = l.strides[0][r - 1];
+  bool vector_halves = so == 1 && (out.dtype == ACL_BF16 ||
+                                   (out.dtype == ACL_FLOAT16 && kVectorFloat16));
+  for (int k = 0; k < num_inputs; ++k)
+    vector_halves &= inputs[k].dtype == out.dtype && l.strides[k + 1][r - 1] <= 1;
   int64_t idx[kMaxRank];
   int64_t rem = begin;
   for (int d = r - 1; d >= 0; --d) {
@@ -113,6 +158,27 @@ void PointwiseRange(const F& f, const Layout& l, const View* inputs, int num_inp
     }
     for (int64_t c = 0; c < len; c += kChunk) {
       const int64_t n = std::min(kChunk, len - c);
+      char* po = static_cast<char*>(out.data) + (offs[0] + c * so) * ElementSize(out.dtype);
+      if (vector_halves) {
+        // A broadcast input is spread into a chunk of its own (in bufs).
+        const uint16_t* in_ptrs[4];
+        for (int k = 0; k < num_inputs; ++k) {
+          const int64_t s = l.strides[k + 1][r - 1];
+          const auto* p = static_cast<const uint16_t*>(inputs[k].data) + offs[k + 1] + c * s;
+          in_ptrs[k] = p;
+          if (s == 0) {
+            auto* spread = reinterpret_cast<uint16_t*>(bufs[k]);
+            std::fill(spread, spread + n, *p);
+            in_ptrs[k] = spread;
+          }
+        }
+        auto* ho = reinterpret_cast<uint16_t*>(po);
+        if (out.dtype == ACL_BF16)
+          HalfLoop<ACL_BF16>(f, in_ptrs, n, ho, kInputs);
+        else if constexpr (kVectorFloat16)
+          HalfLoop<ACL_FLOAT16>(f, in_ptrs, n, ho, kInputs);
+        continue;
+      }
       const float* in_ptrs[4];
       HalfRun halves[4];
       int num_halves = 0;
@@ -130,12 +196,10 @@ void PointwiseRange(const F& f, const Layout& l, const View* inputs, int num_inp
           LoadAsFloat(v.dtype, p, s, n, bufs[k]);
       }
       ConvertTogether(halves, num_halves, n);
-      const int64_t so = l.strides[0][r - 1];
-      char* po = static_cast<char*>(out.data) + (offs[0] + c * so) * ElementSize(out.dtype);
       if (out.dtype == ACL_FLOAT && so == 1) {
-        f(n, in_ptrs, reinterpret_cast<float*>(po));
+        FloatLoop(f, in_ptrs, n, reinterpret_cast<float*>(po), kInputs);
       } else {
-        f(n, in_ptrs, bufs[4]);
+        FloatLoop(f, in_ptrs, n, bufs[4], kInputs);
         StoreFromFloat(out.dtype, bufs[4], n, po, so);
       }
     }
@@ -268,6 +332,56 @@ const float* Floats(const View& v, const char* p, int64_t s, int64_t n, float* b
 // then fold each channel's inner elements into the double partials.
 constexpr int kBnRowGroup = 4;
 
+// A group's sums at one element (T = float) or one vector (T = Vec) of the
+// run: g and x hold the group's rows there, m the channel means.
+template <typename T>
+inline void AddGroup(const T* g, const T* x, T m, T& dy, T& xmu) {
+  dy += (g[0] + g[1]) + (g[2] + g[3]);
+  xmu += (g[0] * (x[0] - m) + g[1] * (x[1] - m)) + (g[2] * (x[2] - m) + g[3] * (x[3] - m));
+}
+
+// The same from float16 or bfloat16 rows (D) a vector at a time, each row
+// prefetched kPrefetchBytes ahead (ConvertTogether's pattern, without its
+// float copies).
+template <aclDataType D>
+void AddGroupHalves(const char* const* gsrc, const char* const* xsrc, const float* m, float* dy,
+                    float* xmu, int64_t len) {
+  const uint16_t* gr[kBnRowGroup];
+  const uint16_t* xr[kBnRowGroup];
+  for (int r = 0; r < kBnRowGroup; ++r) {
+    gr[r] = reinterpret_cast<const uint16_t*>(gsrc[r]);
+    xr[r] = reinterpret_cast<const uint16_t*>(xsrc[r]);
+  }
+  int64_t j = 0;
+  for (; j + kLanes <= len; j += kLanes) {
+    if (j % 32 == 0) {  // a new cache line of each row
+      for (int r = 0; r < kBnRowGroup; ++r) {
+        __builtin_prefetch(reinterpret_cast<const char*>(gr[r] + j) + kPrefetchBytes);
+        __builtin_prefetch(reinterpret_cast<const char*>(xr[r] + j) + kPrefetchBytes);
+      }
+    }
+    Vec g[kBnRowGroup], x[kBnRowGroup], mv, dv, xv;
+    for (int r = 0; r < kBnRowGroup; ++r) {
+      g[r] = LoadVec<D>(gr[r] + j);
+      x[r] = LoadVec<D>(xr[r] + j);
+    }
+    std::memcpy(&mv, m + j, sizeof mv);
+    std::memcpy(&dv, dy + j, sizeof dv);
+    std::memcpy(&xv, xmu + j, sizeof xv);
+    AddGroup(g, x, mv, dv, xv);
+    std::memcpy(dy + j, &dv, sizeof dv);
+    std::memcpy(xmu + j, &xv, sizeof xv);
+  }
+  for (; j < len; ++j) {
+    float g[kBnRowGroup], x[kBnRowGroup];
+    for (int r = 0; r < kBnRowGroup; ++r) {
+      g[r] = LoadScalar<D>(gr[r] + j);
+      x[r] = LoadScalar<D>(xr[r] + j);
+    }
+    AddGroup(g, x, m[j], dy[j], xmu[j]);
+  }
+}
+
 void BnPartialShortRows(const BnShape& s, const View& g, const View& x, const float* mean,
                         int64_t n0, int64_t n1, int64_t c0, int64_t c1, double* partial) {
   // Accumulators of a whole run (192 KiB, too big for a pool thread's
@@ -279,6 +393,8 @@ void BnPartialShortRows(const BnShape& s, const View& g, const View& x, const fl
   alignas(64) float gbuf[kBnRowGroup][kChunk], xbuf[kBnRowGroup][kChunk];
   const int64_t w = (c1 - c0) * s.inner;
   const int64_t gsize = ElementSize(g.dtype), xsize = ElementSize(x.dtype);
+  const bool vector_halves = g.dtype == x.dtype && (g.dtype == ACL_BF16 ||
+                                                    (g.dtype == ACL_FLOAT16 && kVectorFloat16));
   for (int64_t c = c0; c < c1; ++c)
     std::fill(row_mean + (c - c0) * s.inner, row_mean + (c - c0 + 1) * s.inner, mean[c - c0]);
   for (int64_t r0 = n0; r0 < n1; r0 += kBnFlushRows) {
@@ -295,6 +411,16 @@ void BnPartialShortRows(const BnShape& s, const View& g, const View& x, const fl
           gsrc[r] = At(g, n + r, c0, 0) + j0 * gsize;
           xsrc[r] = At(x, n + r, c0, 0) + j0 * xsize;
         }
+        const float* m = row_mean + j0;
+        float* dy = acc_dy + j0;
+        float* xmu = acc_xmu + j0;
+        if (rows == kBnRowGroup && vector_halves) {
+          if (g.dtype == ACL_BF16)
+            AddGroupHalves<ACL_BF16>(gsrc, xsrc, m, dy, xmu, len);
+          else if constexpr (kVectorFloat16)
+            AddGroupHalves<ACL_FLOAT16>(gsrc, xsrc, m, dy, xmu, len);
+          continue;
+        }
         const float* gp[kBnRowGroup];
         const float* xp[kBnRowGroup];
         HalfRun halves[2 * kBnRowGroup];
@@ -306,15 +432,12 @@ void BnPartialShortRows(const BnShape& s, const View& g, const View& x, const fl
           if (x.dtype != ACL_FLOAT) halves[num_halves++] = {x.dtype, xsrc[r], xbuf[r]};
         }
         ConvertTogether(halves, num_halves, len);
-        float* dy = acc_dy + j0;
-        float* xmu = acc_xmu + j0;
-        const float* m = row_mean + j0;
         if (rows == kBnRowGroup) {
 #pragma omp simd
           for (int64_t j = 0; j < len; ++j) {
-            dy[j] += (gp[0][j] + gp[1][j]) + (gp[2][j] + gp[3][j]);
-            xmu[j] += (gp[0][j] * (xp[0][j] - m[j]) + gp[1][j] * (xp[1][j] - m[j])) +
-                      (gp[2][j] * (xp[2][j] - m[j]) + gp[3][j] * (xp[3][j] - m[j]));
+            const float gj[] = {gp[0][j], gp[1][j], gp[2][j], gp[3][j]};
+            const float xj[] = {xp[0][j], xp[1][j], xp[2][j], xp[3][j]};
+            AddGroup(gj, xj, m[j], dy[j], xmu[j]);
           }
         } else {
           for (int r = 0; r < rows; ++r) {

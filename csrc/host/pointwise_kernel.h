@@ -11,14 +11,18 @@
 #include <limits>
 
 #ifdef JAX_ACLNN_KERNEL_TARGET
+#include "host/simd.h"
+
 namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET {
 
 // An element-wise operator's kernel, specialised in its <op>_kernel.h:
 //   using Params = ...;               the parameters its first phase fills
 //                                     (held in a PointwiseParams, kernels.h);
 //   static Functor Make(const Params&);
-// where Functor(n, inputs, out) computes n elements of the result in float
-// from the inputs' float chunks.
+// where Functor has `static constexpr int kNumInputs` and
+//   template <typename T> T operator()(T in0, T in1, ...) const;
+// the operator's formula on one element (T = float) or on a vector of them
+// (T = Vec, simd.h), computed in float32 whatever the storage type.
 template <OpId op>
 struct PointwiseKernel;
 
@@ -28,30 +32,19 @@ struct PointwiseKernel;
 // cost extra instructions per vector), which also send NaN to the lower
 // bound, so that n below is an integer in [-126, 128]; callers handle NaN
 // themselves.
-inline float ExpF(float x) {
-  x = x > -87.33654475f ? x : -87.33654475f;
-  x = x < 88.72283905f ? x : 88.72283905f;
-  const float n = std::floor(x * 1.44269504088896341f + 0.5f);  // x = n ln2 + r
-  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
+template <typename T>
+inline T ExpF(T x) {
+  x = AtMost(AtLeast(x, -87.33654475f), 88.72283905f);
+  const T n = Floor(x * 1.44269504088896341f + 0.5f);  // x = n ln2 + r
+  const T r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  T p = 1.9875691500e-4f * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
-  return p * __builtin_bit_cast(float, bits);
+  return p * Pow2(n);
 }
-
-// The element-wise formulas (the operators' docstrings in jax_aclnn/ops/), on float chunks.
-// `out` may be the memory of an input: XLA gives the result the incoming
-// gradient's buffer (`alias_gradient` in jax_aclnn/_primitive.py; same shape,
-// so same strides). That is safe here: each iteration reads element i of
-// every input before writing element i of `out` (no pointer is __restrict;
-// `omp simd` still vectorises, there being no loop-carried dependence), and
-// PointwiseRange reads (or converts into a buffer) a chunk of each input
-// before that chunk of the output is written, each task its own range.
 
 }  // namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET
 #endif  // JAX_ACLNN_KERNEL_TARGET

@@ -14,14 +14,12 @@ struct HardshrinkBackwardParams {
 #ifdef JAX_ACLNN_KERNEL_TARGET
 namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET {
 
-struct Hardshrink {  // in: gradOutput, self
+struct Hardshrink {
+  static constexpr int kNumInputs = 2;  // gradOutput, self
   float lambd;
-  void operator()(int64_t n, const float* const* in, float* out) const {
-    const float* g = in[0];
-    const float* x = in[1];
-    const float l = lambd;
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) out[i] = std::fabs(x[i]) <= l ? 0.0f : g[i];
+  template <typename T>
+  T operator()(T g, T x) const {
+    return Abs(x) <= lambd ? T{} : g;
   }
 };
 

@@ -14,35 +14,29 @@ struct LogitGradParams {
 #ifdef JAX_ACLNN_KERNEL_TARGET
 namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET {
 
-struct Logit {  // in: x, dy
-  double eps;
-  void operator()(int64_t n, const float* const* in, float* out) const {
-    const float* x = in[0];
-    const float* dy = in[1];
-    const float nan = std::numeric_limits<float>::quiet_NaN();
-    if (std::isnan(eps)) {
-      for (int64_t i = 0; i < n; ++i) out[i] = nan;
-    } else if (eps < 0.0) {
-#pragma omp simd
-      for (int64_t i = 0; i < n; ++i) {
-        float v = dy[i] / (x[i] * (1.0f - x[i]));
-        out[i] = (x[i] < 0.0f || x[i] > 1.0f) ? nan : v;
-      }
-    } else {
-      const float lo = static_cast<float>(eps), hi = static_cast<float>(1.0 - eps);
-#pragma omp simd
-      for (int64_t i = 0; i < n; ++i) {
-        float v = dy[i] / (x[i] * (1.0f - x[i]));
-        out[i] = (x[i] < lo || x[i] > hi) ? 0.0f : v;
-      }
-    }
+struct Logit {
+  static constexpr int kNumInputs = 2;  // x, dy
+  // x outside [lo, hi] gives `outside`.
+  float lo, hi, outside;
+  template <typename T>
+  T operator()(T x, T dy) const {
+    const T v = dy / (x * (1.0f - x));
+    return (x < lo || x > hi) ? outside : v;
   }
 };
 
 template <>
 struct PointwiseKernel<kLogitGrad> {
   using Params = LogitGradParams;
-  static Logit Make(const Params& p) { return {p.eps}; }
+  // eps < 0: no clamping, NaN outside [0, 1]; eps NaN: NaN everywhere
+  // (every x is outside [inf, -inf], and a NaN x gives NaN through v).
+  static Logit Make(const Params& p) {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const float inf = std::numeric_limits<float>::infinity();
+    if (std::isnan(p.eps)) return {inf, -inf, nan};
+    if (p.eps < 0.0) return {0.0f, 1.0f, nan};
+    return {static_cast<float>(p.eps), static_cast<float>(1.0 - p.eps), 0.0f};
+  }
 };
 
 }  // namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET

@@ -15,29 +15,25 @@ struct SmoothL1LossBackwardParams {
 #ifdef JAX_ACLNN_KERNEL_TARGET
 namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET {
 
-struct SmoothL1 {  // in: gradOut, self, target
-  float beta, scale;
-  void operator()(int64_t n, const float* const* in, float* out) const {
-    const float* g = in[0];
-    const float* x = in[1];
-    const float* y = in[2];
-    // Attributes in locals: a member read in the loop blocks vectorisation.
-    const float b = beta, sc = scale, inv_beta = beta > 0.0f ? 1.0f / beta : 0.0f;
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) {
-      float d = x[i] - y[i];
-      float sign = d > 0.0f ? 1.0f : (d < 0.0f ? -1.0f : 0.0f);
-      float dl = std::fabs(d) < b ? d * inv_beta : sign;
-      dl = d != d ? d : dl;  // NaN difference stays NaN
-      out[i] = g[i] * sc * dl;
-    }
+struct SmoothL1 {
+  static constexpr int kNumInputs = 3;  // gradOut, self, target
+  float beta, scale, inv_beta;  // inv_beta: 1 / beta, 0 for beta = 0
+  template <typename T>
+  T operator()(T g, T x, T y) const {
+    const T d = x - y;
+    const T sign = d > 0.0f ? Splat<T>(1.0f) : (d < 0.0f ? Splat<T>(-1.0f) : T{});
+    T dl = Abs(d) < beta ? d * inv_beta : sign;
+    dl = d != d ? d : dl;  // NaN difference stays NaN
+    return g * scale * dl;
   }
 };
 
 template <>
 struct PointwiseKernel<kSmoothL1LossBackward> {
   using Params = SmoothL1LossBackwardParams;
-  static SmoothL1 Make(const Params& p) { return {p.beta, p.scale}; }
+  static SmoothL1 Make(const Params& p) {
+    return {p.beta, p.scale, p.beta > 0.0f ? 1.0f / p.beta : 0.0f};
+  }
 };
 
 }  // namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET

@@ -14,19 +14,15 @@ struct SwishBackwardParams {
 #ifdef JAX_ACLNN_KERNEL_TARGET
 namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET {
 
-struct Swish {  // in: gradOutput, self
+struct Swish {
+  static constexpr int kNumInputs = 2;  // gradOutput, self
   float beta;
-  void operator()(int64_t n, const float* const* in, float* out) const {
-    const float* g = in[0];
-    const float* x = in[1];
-    const float b = beta;
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) {
-      float bx = b * x[i];
-      float s = 1.0f / (1.0f + ExpF(-bx));
-      float r = g[i] * s * (1.0f + bx * (1.0f - s));
-      out[i] = r + (bx - bx);  // NaN input stays NaN (ExpF clamps it), branch-free
-    }
+  template <typename T>
+  T operator()(T g, T x) const {
+    const T bx = beta * x;
+    const T s = 1.0f / (1.0f + ExpF(-bx));
+    const T r = g * s * (1.0f + bx * (1.0f - s));
+    return r + (bx - bx);  // NaN input stays NaN (ExpF clamps it), branch-free
   }
 };
 

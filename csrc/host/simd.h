@@ -1,0 +1,175 @@
+// Float vectors for the element-wise kernels' half-precision loops
+// (kernels.cc): the compiler's vector extensions (GCC and Clang), whose
+// arithmetic, comparisons and `?:` it maps to the kernel target's
+// instructions, and the target's own float16 conversions. With these, a
+// float16 or bfloat16 element goes from memory to a register, through the
+// operator's formula and back without a float32 copy in memory: the
+// buffered loop (convert each input into a float buffer, compute into a
+// float buffer, convert that) spent its time on those buffers' stores, and
+// ran float16 at 1M elements at about XLA's speed; fused, the same loop
+// takes half the time.
+//
+// The formulas (csrc/ops/<op>_kernel.h, ExpF in pointwise_kernel.h) are
+// templates on their value type: `float` in the float32 loops, `Vec` here.
+// The helpers below have an overload for each, so that a formula reads the
+// same for both. Compiled once per kernel target (kernels.h), in its
+// namespace.
+#ifndef JAX_ACLNN_HOST_SIMD_H_
+#define JAX_ACLNN_HOST_SIMD_H_
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "host/dtype.h"
+
+#ifdef JAX_ACLNN_KERNEL_TARGET
+namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET {
+
+// Lanes of one hardware vector of float32 on the target.
+#if defined(__AVX512F__)
+constexpr int kLanes = 16;
+#elif defined(__AVX2__)
+constexpr int kLanes = 8;
+#else
+constexpr int kLanes = 4;  // SSE2, NEON
+#endif
+
+typedef float Vec __attribute__((vector_size(4 * kLanes)));
+typedef int32_t VecI __attribute__((vector_size(4 * kLanes)));
+typedef uint32_t VecU __attribute__((vector_size(4 * kLanes)));
+typedef uint16_t VecH __attribute__((vector_size(2 * kLanes)));
+
+// Whether the target converts float16 vectors itself (F16C, AVX-512, NEON).
+// Without, float16 takes the buffered loop, whose conversions are the
+// portable formulas of dtype.h. bfloat16 is a shift on every target.
+#if defined(__F16C__) || defined(__aarch64__)
+constexpr bool kVectorFloat16 = true;
+#else
+constexpr bool kVectorFloat16 = false;
+#endif
+
+// kLanes float16 or bfloat16 elements from memory (no alignment needed),
+// exactly; to memory, rounded to nearest even (NaN stays a quiet NaN,
+// overflow gives inf): the same results as dtype.h's conversions.
+template <aclDataType D>
+inline Vec LoadVec(const uint16_t* p) {
+  if constexpr (D == ACL_BF16) {
+    VecH h;
+    std::memcpy(&h, p, sizeof h);
+    return reinterpret_cast<Vec>(__builtin_convertvector(h, VecU) << 16);
+  } else {
+#if defined(__AVX512F__)
+    return reinterpret_cast<Vec>(
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
+#elif defined(__F16C__)
+    return reinterpret_cast<Vec>(
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+#elif defined(__aarch64__)
+    return reinterpret_cast<Vec>(vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))));
+#else
+    static_assert(D == ACL_BF16, "no float16 vector conversions on this target");
+    return Vec{};
+#endif
+  }
+}
+
+template <aclDataType D>
+inline void StoreVec(uint16_t* p, Vec v) {
+  if constexpr (D == ACL_BF16) {
+    const VecU bits = reinterpret_cast<VecU>(v);
+    const VecU rounded = bits + 0x7fffu + ((bits >> 16) & 1u);
+    const VecU quiet_nan = bits | 0x400000u;
+    const VecU out = (bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded;
+    const VecH h = __builtin_convertvector(out >> 16, VecH);
+    std::memcpy(p, &h, sizeof h);
+  } else {
+#if defined(__AVX512F__)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                        _mm512_cvtps_ph(reinterpret_cast<__m512>(v), _MM_FROUND_TO_NEAREST_INT));
+#elif defined(__F16C__)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                     _mm256_cvtps_ph(reinterpret_cast<__m256>(v), _MM_FROUND_TO_NEAREST_INT));
+#elif defined(__aarch64__)
+    vst1_u16(p, vreinterpret_u16_f16(vcvt_f16_f32(reinterpret_cast<float32x4_t>(v))));
+#else
+    static_assert(D == ACL_BF16, "no float16 vector conversions on this target");
+#endif
+  }
+}
+
+// One element, for the loops' tails.
+template <aclDataType D>
+inline float LoadScalar(const uint16_t* p) {
+  return D == ACL_BF16 ? Bf16ToFloat(*p) : HalfToFloat(*p);
+}
+
+template <aclDataType D>
+inline void StoreScalar(uint16_t* p, float v) {
+  *p = D == ACL_BF16 ? FloatToBf16(v) : FloatToHalf(v);
+}
+
+// --- Helpers of the formulas, for float and for Vec ---------------------
+
+// The value `c` in every lane (T{} is zero in both).
+template <typename T>
+inline T Splat(float c) {
+  return T{} + c;
+}
+
+inline float Abs(float x) { return std::fabs(x); }
+inline Vec Abs(Vec x) { return reinterpret_cast<Vec>(reinterpret_cast<VecI>(x) & 0x7fffffff); }
+
+// floor(x); the portable vector form, for |x| < 2^31, truncates through int32.
+inline float Floor(float x) { return std::floor(x); }
+inline Vec Floor(Vec x) {
+#if defined(__AVX512F__)
+  return reinterpret_cast<Vec>(_mm512_roundscale_ps(reinterpret_cast<__m512>(x),
+                                                    _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
+#elif defined(__AVX__)
+  return reinterpret_cast<Vec>(_mm256_floor_ps(reinterpret_cast<__m256>(x)));
+#elif defined(__aarch64__)
+  return reinterpret_cast<Vec>(vrndmq_f32(reinterpret_cast<float32x4_t>(x)));
+#else
+  const Vec t = __builtin_convertvector(__builtin_convertvector(x, VecI), Vec);
+  return t > x ? t - 1.0f : t;
+#endif
+}
+
+// x > c ? x : c and x < c ? x : c (a NaN x gives c): x86's max and min
+// instructions have exactly these semantics; GCC compiles the vector `?:`
+// into a compare and a blend.
+inline float AtLeast(float x, float c) { return x > c ? x : c; }
+inline float AtMost(float x, float c) { return x < c ? x : c; }
+#if defined(__AVX512F__)
+inline Vec AtLeast(Vec x, float c) {
+  return reinterpret_cast<Vec>(_mm512_max_ps(reinterpret_cast<__m512>(x), _mm512_set1_ps(c)));
+}
+inline Vec AtMost(Vec x, float c) {
+  return reinterpret_cast<Vec>(_mm512_min_ps(reinterpret_cast<__m512>(x), _mm512_set1_ps(c)));
+}
+#elif defined(__AVX__)
+inline Vec AtLeast(Vec x, float c) {
+  return reinterpret_cast<Vec>(_mm256_max_ps(reinterpret_cast<__m256>(x), _mm256_set1_ps(c)));
+}
+inline Vec AtMost(Vec x, float c) {
+  return reinterpret_cast<Vec>(_mm256_min_ps(reinterpret_cast<__m256>(x), _mm256_set1_ps(c)));
+}
+#else
+inline Vec AtLeast(Vec x, float c) { return x > c ? x : c; }
+inline Vec AtMost(Vec x, float c) { return x < c ? x : c; }
+#endif
+
+// 2^n for an integer-valued n in [-126, 128] (128 gives inf), built from
+// its exponent bits.
+inline float Pow2(float n) {
+  return __builtin_bit_cast(float, static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23);
+}
+inline Vec Pow2(Vec n) {
+  return reinterpret_cast<Vec>((__builtin_convertvector(n, VecI) + 127) << 23);
+}
+
+}  // namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET
+#endif  // JAX_ACLNN_KERNEL_TARGET
+
+#endif  // JAX_ACLNN_HOST_SIMD_H_
