@@ -1,6 +1,7 @@
 """Property-based fuzzing of the host provider through its C ABI (ctypes),
 against a float64 NumPy oracle: random shapes, strided layouts inside larger
-storages (permuted axes, gaps, offsets, stride-0 broadcasts), broadcasting,
+storages (permuted axes, gaps, offsets, stride-0 broadcasts; contiguous runs
+long enough for the kernels' vector loops and their tails), broadcasting,
 dtypes, attributes, output masks, and repeatable executors re-targeted at
 fresh buffers with aclSetInput/OutputTensorAddr. Storage elements outside a
 view must stay untouched. Layouts the provider must refuse (batch-norm
@@ -143,6 +144,8 @@ def broadcast_inputs(draw, out_shape, n):
 def pointwise_case(draw, n_inputs, broadcast):
     dtype = draw(st.sampled_from(DTYPES))
     full = draw(shapes())
+    if draw(st.booleans()):  # a long last dimension: runs of whole vectors and a tail
+        full += (draw(st.integers(6, 40)),)
     in_shapes = draw(broadcast_inputs(full, n_inputs)) if broadcast else [full] * n_inputs
     out_shape = np.broadcast_shapes(*in_shapes)
     layout_of = broadcast_layouts if broadcast else layouts
