@@ -72,7 +72,10 @@ struct HalfRun {
 // the time on the conversion loop's stores, and float16 batch-norm reduce
 // took 1.8x as long as float32, element-wise operators at 1M elements up to
 // 1.4x as long as XLA's fused code. (Float32 inputs are read in place, all
-// together by the operator's loop; prefetching them made it slower.)
+// together by the operator's loop; prefetching them made it slower.) Used
+// where half-precision operands cannot stay in registers (simd.h): mixed
+// dtypes, float16 on a target without vector conversions, batch-norm's
+// last rows of a block.
 constexpr int64_t kHalfsPerStep = 64;  // two cache lines
 constexpr int64_t kPrefetchBytes = 1024;
 
