@@ -88,6 +88,13 @@ inline uint16_t FloatToHalf(float f) {
   return static_cast<uint16_t>(h | (sign >> 16));
 }
 
+#if defined(__AVX512F__)
+// The AVX-512 intrinsics are used in their zero-masking forms with every
+// lane enabled: the same instructions, but GCC 12's plain forms warn
+// (-Wmaybe-uninitialized inside its own header, GCC bug 105593).
+constexpr __mmask16 kAllLanes = 0xffff;
+#endif
+
 // How this kernel target converts contiguous float16 (reported by `info`
 // and `bench` through JaxAclnnHostHalfConversions).
 #if defined(__F16C__)
@@ -105,8 +112,8 @@ inline void HalvesToFloats(const uint16_t* __restrict src, int64_t n, float* __r
   int64_t i = 0;
 #if defined(__AVX512F__)
   for (; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(
-                                  reinterpret_cast<const __m256i*>(src + i))));
+    _mm512_storeu_ps(dst + i, _mm512_maskz_cvtph_ps(kAllLanes, _mm256_loadu_si256(
+                                                   reinterpret_cast<const __m256i*>(src + i))));
 #endif
 #if defined(__F16C__)
   for (; i + 8 <= n; i += 8)
@@ -124,7 +131,8 @@ inline void FloatsToHalves(const float* __restrict src, int64_t n, uint16_t* __r
 #if defined(__AVX512F__)
   for (; i + 16 <= n; i += 16)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
-                        _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+                        _mm512_maskz_cvtps_ph(kAllLanes, _mm512_loadu_ps(src + i),
+                                              _MM_FROUND_TO_NEAREST_INT));
 #endif
 #if defined(__F16C__)
   for (; i + 8 <= n; i += 8)

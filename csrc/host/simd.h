@@ -60,8 +60,8 @@ inline Vec LoadVec(const uint16_t* p) {
     return reinterpret_cast<Vec>(__builtin_convertvector(h, VecU) << 16);
   } else {
 #if defined(__AVX512F__)
-    return reinterpret_cast<Vec>(
-        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return reinterpret_cast<Vec>(_mm512_maskz_cvtph_ps(kAllLanes, h));
 #elif defined(__F16C__)
     return reinterpret_cast<Vec>(
         _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
@@ -85,8 +85,9 @@ inline void StoreVec(uint16_t* p, Vec v) {
     std::memcpy(p, &h, sizeof h);
   } else {
 #if defined(__AVX512F__)
+    const __m512 f = reinterpret_cast<__m512>(v);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
-                        _mm512_cvtps_ph(reinterpret_cast<__m512>(v), _MM_FROUND_TO_NEAREST_INT));
+                        _mm512_maskz_cvtps_ph(kAllLanes, f, _MM_FROUND_TO_NEAREST_INT));
 #elif defined(__F16C__)
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
                      _mm256_cvtps_ph(reinterpret_cast<__m256>(v), _MM_FROUND_TO_NEAREST_INT));
@@ -124,8 +125,8 @@ inline Vec Abs(Vec x) { return reinterpret_cast<Vec>(reinterpret_cast<VecI>(x) &
 inline float Floor(float x) { return std::floor(x); }
 inline Vec Floor(Vec x) {
 #if defined(__AVX512F__)
-  return reinterpret_cast<Vec>(_mm512_roundscale_ps(reinterpret_cast<__m512>(x),
-                                                    _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
+  return reinterpret_cast<Vec>(_mm512_maskz_roundscale_ps(
+      kAllLanes, reinterpret_cast<__m512>(x), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
 #elif defined(__AVX__)
   return reinterpret_cast<Vec>(_mm256_floor_ps(reinterpret_cast<__m256>(x)));
 #elif defined(__aarch64__)
@@ -143,10 +144,12 @@ inline float AtLeast(float x, float c) { return x > c ? x : c; }
 inline float AtMost(float x, float c) { return x < c ? x : c; }
 #if defined(__AVX512F__)
 inline Vec AtLeast(Vec x, float c) {
-  return reinterpret_cast<Vec>(_mm512_max_ps(reinterpret_cast<__m512>(x), _mm512_set1_ps(c)));
+  const __m512 v = reinterpret_cast<__m512>(x);
+  return reinterpret_cast<Vec>(_mm512_maskz_max_ps(kAllLanes, v, _mm512_set1_ps(c)));
 }
 inline Vec AtMost(Vec x, float c) {
-  return reinterpret_cast<Vec>(_mm512_min_ps(reinterpret_cast<__m512>(x), _mm512_set1_ps(c)));
+  const __m512 v = reinterpret_cast<__m512>(x);
+  return reinterpret_cast<Vec>(_mm512_maskz_min_ps(kAllLanes, v, _mm512_set1_ps(c)));
 }
 #elif defined(__AVX__)
 inline Vec AtLeast(Vec x, float c) {
