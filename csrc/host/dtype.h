@@ -15,6 +15,8 @@
 
 #if defined(__F16C__)
 #include <immintrin.h>
+#elif defined(__x86_64__)
+#include <emmintrin.h>
 #elif defined(__aarch64__)
 #include <arm_neon.h>
 #endif

@@ -54,10 +54,20 @@ constexpr bool kVectorFloat16 = false;
 // overflow gives inf): the same results as dtype.h's conversions.
 template <aclDataType D>
 inline Vec LoadVec(const uint16_t* p) {
-  if constexpr (D == ACL_BF16) {
-    VecH h;
-    std::memcpy(&h, p, sizeof h);
-    return reinterpret_cast<Vec>(__builtin_convertvector(h, VecU) << 16);
+  if constexpr (D == ACL_BF16) {  // widen and shift (GCC's own widening is a shuffle chain)
+#if defined(__AVX512F__)
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return reinterpret_cast<Vec>(
+        reinterpret_cast<VecU>(_mm512_maskz_cvtepu16_epi32(kAllLanes, h)) << 16);
+#elif defined(__AVX2__)
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return reinterpret_cast<Vec>(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+#elif defined(__aarch64__)
+    return reinterpret_cast<Vec>(vshll_n_u16(vld1_u16(p), 16));
+#else  // SSE2: each element above a zero half
+    const __m128i h = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    return reinterpret_cast<Vec>(_mm_unpacklo_epi16(_mm_setzero_si128(), h));
+#endif
   } else {
 #if defined(__AVX512F__)
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
@@ -79,10 +89,18 @@ inline void StoreVec(uint16_t* p, Vec v) {
   if constexpr (D == ACL_BF16) {
     const VecU bits = reinterpret_cast<VecU>(v);
     const VecU rounded = bits + 0x7fffu + ((bits >> 16) & 1u);
-    const VecU quiet_nan = bits | 0x400000u;
-    const VecU out = (bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded;
-    const VecH h = __builtin_convertvector(out >> 16, VecH);
+    const VecU out = (v != v ? bits | 0x400000u : rounded) >> 16;  // NaN: quiet
+#if defined(__AVX512F__)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                        _mm512_maskz_cvtepi32_epi16(kAllLanes, reinterpret_cast<__m512i>(out)));
+#elif defined(__AVX2__)
+    const __m256i o = reinterpret_cast<__m256i>(out);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                     _mm_packus_epi32(_mm256_castsi256_si128(o), _mm256_extracti128_si256(o, 1)));
+#else
+    const VecH h = __builtin_convertvector(out, VecH);
     std::memcpy(p, &h, sizeof h);
+#endif
   } else {
 #if defined(__AVX512F__)
     const __m512 f = reinterpret_cast<__m512>(v);
