@@ -311,3 +311,26 @@ def test_the_attribute_schemas_are_those_of_the_cpp_attribute_structs():
     python = {name: {k: np.dtype(t).name for k, t in op.attributes.items()}
               for name, op in OPERATORS.items()}
     assert python == _aclnn_ffi.operator_attributes()
+
+
+#: CPUs a native build (JAX_ACLNN_NATIVE_ARCH=ON, -march=native) may target,
+#: beyond the dispatched targets: AVX with F16C but no AVX2 (Ivy Bridge,
+#: AMD Piledriver), AVX without F16C (Sandy Bridge), SSE4.2 only (Nehalem),
+#: AVX-512 with FP16 and BF16 (Sapphire Rapids).
+NATIVE_MARCHES = ["x86-64", "nehalem", "sandybridge", "ivybridge", "bdver2", "haswell",
+                  "x86-64-v3", "x86-64-v4", "sapphirerapids"]
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 instruction sets")
+@pytest.mark.parametrize("march", NATIVE_MARCHES)
+def test_the_kernels_compile_for_every_x86_64_cpu_a_native_build_may_target(march):
+    """The kernels' vector code (csrc/host/simd.h) picks its width and its
+    float16 conversions by the instruction sets the compiler targets; every
+    combination must compile (an AVX-only CPU once got 256-bit intrinsics on
+    a 128-bit vector type)."""
+    out = subprocess.run(
+        ["c++", "-std=c++17", "-fsyntax-only", "-fopenmp-simd", f"-march={march}",
+         "-I", str(ROOT / "csrc"), "-DJAX_ACLNN_KERNEL_TARGET=native",
+         str(ROOT / "csrc/host/kernels.cc")],
+        capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-4000:]

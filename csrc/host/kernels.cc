@@ -73,9 +73,9 @@ struct HalfRun {
 // took 1.8x as long as float32, element-wise operators at 1M elements up to
 // 1.4x as long as XLA's fused code. (Float32 inputs are read in place, all
 // together by the operator's loop; prefetching them made it slower.) Used
-// where half-precision operands cannot stay in registers (simd.h): mixed
-// dtypes, float16 on a target without vector conversions, batch-norm's
-// last rows of a block.
+// where half-precision operands cannot stay in registers (simd.h): next to
+// a strided operand or output, float16 on a target without vector
+// conversions, batch-norm's last rows of a block.
 constexpr int64_t kHalfsPerStep = 64;  // two cache lines
 constexpr int64_t kPrefetchBytes = 1024;
 
@@ -137,6 +137,7 @@ void PointwiseRange(const F& f, const Layout& l, const View* inputs, int num_inp
                     const View& out, int64_t begin, int64_t end) {
   constexpr auto kInputs = std::make_index_sequence<F::kNumInputs>();
   alignas(64) float bufs[5][kChunk];
+  alignas(64) uint16_t spread[4][kChunk];  // broadcast half-precision inputs
   const int r = l.rank;
   const int64_t inner = l.dims[r - 1];
   const int64_t so = l.strides[0][r - 1];
@@ -163,16 +164,15 @@ void PointwiseRange(const F& f, const Layout& l, const View* inputs, int num_inp
       const int64_t n = std::min(kChunk, len - c);
       char* po = static_cast<char*>(out.data) + (offs[0] + c * so) * ElementSize(out.dtype);
       if (vector_halves) {
-        // A broadcast input is spread into a chunk of its own (in bufs).
+        // A broadcast input is spread into a chunk of its own.
         const uint16_t* in_ptrs[4];
         for (int k = 0; k < num_inputs; ++k) {
           const int64_t s = l.strides[k + 1][r - 1];
           const auto* p = static_cast<const uint16_t*>(inputs[k].data) + offs[k + 1] + c * s;
           in_ptrs[k] = p;
           if (s == 0) {
-            auto* spread = reinterpret_cast<uint16_t*>(bufs[k]);
-            std::fill(spread, spread + n, *p);
-            in_ptrs[k] = spread;
+            std::fill(spread[k], spread[k] + n, *p);
+            in_ptrs[k] = spread[k];
           }
         }
         auto* ho = reinterpret_cast<uint16_t*>(po);

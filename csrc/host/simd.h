@@ -72,9 +72,12 @@ inline Vec LoadVec(const uint16_t* p) {
 #if defined(__AVX512F__)
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     return reinterpret_cast<Vec>(_mm512_maskz_cvtph_ps(kAllLanes, h));
-#elif defined(__F16C__)
+#elif defined(__AVX2__) && defined(__F16C__)
     return reinterpret_cast<Vec>(
         _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+#elif defined(__F16C__)  // AVX without AVX2 (a native build): 4 lanes
+    return reinterpret_cast<Vec>(
+        _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 #elif defined(__aarch64__)
     return reinterpret_cast<Vec>(vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))));
 #else
@@ -106,9 +109,12 @@ inline void StoreVec(uint16_t* p, Vec v) {
     const __m512 f = reinterpret_cast<__m512>(v);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
                         _mm512_maskz_cvtps_ph(kAllLanes, f, _MM_FROUND_TO_NEAREST_INT));
-#elif defined(__F16C__)
+#elif defined(__AVX2__) && defined(__F16C__)
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
                      _mm256_cvtps_ph(reinterpret_cast<__m256>(v), _MM_FROUND_TO_NEAREST_INT));
+#elif defined(__F16C__)
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(p),
+                     _mm_cvtps_ph(reinterpret_cast<__m128>(v), _MM_FROUND_TO_NEAREST_INT));
 #elif defined(__aarch64__)
     vst1_u16(p, vreinterpret_u16_f16(vcvt_f16_f32(reinterpret_cast<float32x4_t>(v))));
 #else
@@ -145,7 +151,7 @@ inline Vec Floor(Vec x) {
 #if defined(__AVX512F__)
   return reinterpret_cast<Vec>(_mm512_maskz_roundscale_ps(
       kAllLanes, reinterpret_cast<__m512>(x), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
-#elif defined(__AVX__)
+#elif defined(__AVX2__)  // the 8-lane Vec
   return reinterpret_cast<Vec>(_mm256_floor_ps(reinterpret_cast<__m256>(x)));
 #elif defined(__aarch64__)
   return reinterpret_cast<Vec>(vrndmq_f32(reinterpret_cast<float32x4_t>(x)));
@@ -169,7 +175,7 @@ inline Vec AtMost(Vec x, float c) {
   const __m512 v = reinterpret_cast<__m512>(x);
   return reinterpret_cast<Vec>(_mm512_maskz_min_ps(kAllLanes, v, _mm512_set1_ps(c)));
 }
-#elif defined(__AVX__)
+#elif defined(__AVX2__)  // the 8-lane Vec
 inline Vec AtLeast(Vec x, float c) {
   return reinterpret_cast<Vec>(_mm256_max_ps(reinterpret_cast<__m256>(x), _mm256_set1_ps(c)));
 }

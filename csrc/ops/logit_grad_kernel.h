@@ -16,10 +16,12 @@ namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET {
 
 struct Logit {
   static constexpr int kNumInputs = 2;  // x, dy
-  // x outside [lo, hi] gives `outside`.
+  // x outside [lo, hi] gives `outside`; eps NaN gives `outside` (NaN) everywhere.
   float lo, hi, outside;
+  bool eps_nan;
   template <typename T>
   T operator()(T x, T dy) const {
+    if (eps_nan) return Splat<T>(outside);
     const T v = dy / (x * (1.0f - x));
     return (x < lo || x > hi) ? outside : v;
   }
@@ -28,14 +30,12 @@ struct Logit {
 template <>
 struct PointwiseKernel<kLogitGrad> {
   using Params = LogitGradParams;
-  // eps < 0: no clamping, NaN outside [0, 1]; eps NaN: NaN everywhere
-  // (every x is outside [inf, -inf], and a NaN x gives NaN through v).
+  // eps < 0: no clamping, NaN outside [0, 1].
   static Logit Make(const Params& p) {
     const float nan = std::numeric_limits<float>::quiet_NaN();
-    const float inf = std::numeric_limits<float>::infinity();
-    if (std::isnan(p.eps)) return {inf, -inf, nan};
-    if (p.eps < 0.0) return {0.0f, 1.0f, nan};
-    return {static_cast<float>(p.eps), static_cast<float>(1.0 - p.eps), 0.0f};
+    if (std::isnan(p.eps)) return {0.0f, 1.0f, nan, true};
+    if (p.eps < 0.0) return {0.0f, 1.0f, nan, false};
+    return {static_cast<float>(p.eps), static_cast<float>(1.0 - p.eps), 0.0f, false};
   }
 };
 
