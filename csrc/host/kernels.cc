@@ -141,8 +141,7 @@ void PointwiseRange(const F& f, const Layout& l, const View* inputs, int num_inp
   const int r = l.rank;
   const int64_t inner = l.dims[r - 1];
   const int64_t so = l.strides[0][r - 1];
-  bool vector_halves = so == 1 && (out.dtype == ACL_BF16 ||
-                                   (out.dtype == ACL_FLOAT16 && kVectorFloat16));
+  bool vector_halves = so == 1 && InRegisters(out.dtype);
   for (int k = 0; k < num_inputs; ++k)
     vector_halves &= inputs[k].dtype == out.dtype && l.strides[k + 1][r - 1] <= 1;
   int64_t idx[kMaxRank];
@@ -396,8 +395,7 @@ void BnPartialShortRows(const BnShape& s, const View& g, const View& x, const fl
   alignas(64) float gbuf[kBnRowGroup][kChunk], xbuf[kBnRowGroup][kChunk];
   const int64_t w = (c1 - c0) * s.inner;
   const int64_t gsize = ElementSize(g.dtype), xsize = ElementSize(x.dtype);
-  const bool vector_halves = g.dtype == x.dtype && (g.dtype == ACL_BF16 ||
-                                                    (g.dtype == ACL_FLOAT16 && kVectorFloat16));
+  const bool vector_halves = g.dtype == x.dtype && InRegisters(g.dtype);
   for (int64_t c = c0; c < c1; ++c)
     std::fill(row_mean + (c - c0) * s.inner, row_mean + (c - c0 + 1) * s.inner, mean[c - c0]);
   for (int64_t r0 = n0; r0 < n1; r0 += kBnFlushRows) {

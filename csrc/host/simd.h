@@ -49,6 +49,11 @@ constexpr bool kVectorFloat16 = true;
 constexpr bool kVectorFloat16 = false;
 #endif
 
+// Whether elements of type t are converted in registers (LoadVec/StoreVec).
+inline bool InRegisters(aclDataType t) {
+  return t == ACL_BF16 || (t == ACL_FLOAT16 && kVectorFloat16);
+}
+
 // kLanes float16 or bfloat16 elements from memory (no alignment needed),
 // exactly; to memory, rounded to nearest even (NaN stays a quiet NaN,
 // overflow gives inf): the same results as dtype.h's conversions.
