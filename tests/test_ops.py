@@ -89,6 +89,15 @@ def test_logit_grad_edges():
     assert np.all(np.isnan(np.asarray(aclnn.logit_grad(x[:4], dy[:4], eps=float("nan")))))
 
 
+def test_logit_grad_eps_nan_writes_one_nan_everywhere():
+    """eps NaN: the quiet NaN 0x7fc00000 in every element, whatever x holds
+    (a NaN x of another sign or payload once came through as itself)."""
+    x = np.array([0.5, -0.5, np.inf, 0.0, 0.0, 0.25], np.float32)
+    x[3:5] = np.array([0xffc00000, 0x7fc00001], np.uint32).view(np.float32)
+    out = np.asarray(aclnn.logit_grad(x, np.ones_like(x), eps=float("nan")))
+    np.testing.assert_array_equal(out.view(np.uint32), np.full(6, 0x7fc00000, np.uint32))
+
+
 # ----- hardshrink ---------------------------------------------------------------
 
 
