@@ -13,7 +13,7 @@ aarch64_host_setup() {
   elif [ "$(id -u)" != 0 ]; then why="needs root (binfmt_misc, mmdebstrap --mode=root, chroot)"
   elif ! command -v apt-get >/dev/null; then why="needs apt-get (Debian's qemu-user-static, mmdebstrap)"
   elif ! (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-            qemu-user-static binfmt-support mmdebstrap g++-aarch64-linux-gnu) >/dev/null 2>&1
+            qemu-user-static binfmt-support mmdebstrap g++-aarch64-linux-gnu && apt-get clean) >/dev/null 2>&1
   then why="the host packages (qemu-user-static, mmdebstrap, g++-aarch64-linux-gnu) do not install"
   elif ! { mountpoint -q /proc/sys/fs/binfmt_misc \
            || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc 2>/dev/null; }; then
