@@ -28,10 +28,11 @@ struct PointwiseKernel;
 
 // exp(x) in float, vectorisable (Cephes polynomial, about 1 ulp; the build
 // passes -fno-trapping-math so that the loops around it if-convert). x is
-// clamped to the finite range with plain selects (std::min/max's NaN rules
-// cost extra instructions per vector), which also send NaN to the lower
-// bound, so that n below is an integer in [-126, 128]; callers handle NaN
-// themselves.
+// clamped to [-87.34, 88.72] with plain selects (std::min/max's NaN rules
+// cost extra instructions per vector), so that n below is an integer in
+// [-126, 128]: below the range the result is the smallest normal float,
+// above it +inf (2^128 overflows), and NaN goes to the lower bound (callers
+// handle NaN themselves).
 template <typename T>
 inline T ExpF(T x) {
   x = AtMost(AtLeast(x, -87.33654475f), 88.72283905f);

@@ -14,7 +14,7 @@ struct HardshrinkBackwardParams {
 #ifdef JAX_ACLNN_KERNEL_TARGET
 namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET {
 
-struct Hardshrink {
+struct HardshrinkGrad {
   static constexpr int kNumInputs = 2;  // gradOutput, self
   float lambd;
   template <typename T>
@@ -26,7 +26,7 @@ struct Hardshrink {
 template <>
 struct PointwiseKernel<kHardshrinkBackward> {
   using Params = HardshrinkBackwardParams;
-  static Hardshrink Make(const Params& p) { return {p.lambd}; }
+  static HardshrinkGrad Make(const Params& p) { return {p.lambd}; }
 };
 
 }  // namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET

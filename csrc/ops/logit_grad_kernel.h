@@ -14,7 +14,7 @@ struct LogitGradParams {
 #ifdef JAX_ACLNN_KERNEL_TARGET
 namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET {
 
-struct Logit {
+struct LogitGrad {
   static constexpr int kNumInputs = 2;  // x, dy
   // x outside [lo, hi] gives `outside`; eps NaN gives `outside` (NaN) everywhere.
   float lo, hi, outside;
@@ -31,11 +31,14 @@ template <>
 struct PointwiseKernel<kLogitGrad> {
   using Params = LogitGradParams;
   // eps < 0: no clamping, NaN outside [0, 1].
-  static Logit Make(const Params& p) {
+  static LogitGrad Make(const Params& p) {
     const float nan = std::numeric_limits<float>::quiet_NaN();
     if (std::isnan(p.eps)) return {0.0f, 1.0f, nan, true};
     if (p.eps < 0.0) return {0.0f, 1.0f, nan, false};
-    return {static_cast<float>(p.eps), static_cast<float>(1.0 - p.eps), 0.0f, false};
+    // Both bounds from eps as a float, the upper one in float arithmetic
+    // (1.0f - eps), as CANN's LogitGrad kernel and ATen's logit_backward.
+    const float eps = static_cast<float>(p.eps);
+    return {eps, 1.0f - eps, 0.0f, false};
   }
 };
 

@@ -15,7 +15,7 @@ struct SmoothL1LossBackwardParams {
 #ifdef JAX_ACLNN_KERNEL_TARGET
 namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET {
 
-struct SmoothL1 {
+struct SmoothL1Grad {
   static constexpr int kNumInputs = 3;  // gradOut, self, target
   float beta, scale, inv_beta;  // inv_beta: 1 / beta, 0 for beta = 0
   template <typename T>
@@ -31,7 +31,7 @@ struct SmoothL1 {
 template <>
 struct PointwiseKernel<kSmoothL1LossBackward> {
   using Params = SmoothL1LossBackwardParams;
-  static SmoothL1 Make(const Params& p) {
+  static SmoothL1Grad Make(const Params& p) {
     return {p.beta, p.scale, p.beta > 0.0f ? 1.0f / p.beta : 0.0f};
   }
 };

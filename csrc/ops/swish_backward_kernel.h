@@ -14,7 +14,7 @@ struct SwishBackwardParams {
 #ifdef JAX_ACLNN_KERNEL_TARGET
 namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET {
 
-struct Swish {
+struct SwishGrad {
   static constexpr int kNumInputs = 2;  // gradOutput, self
   float beta;
   template <typename T>
@@ -29,7 +29,7 @@ struct Swish {
 template <>
 struct PointwiseKernel<kSwishBackward> {
   using Params = SwishBackwardParams;
-  static Swish Make(const Params& p) { return {p.beta}; }
+  static SwishGrad Make(const Params& p) { return {p.beta}; }
 };
 
 }  // namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET
