@@ -88,6 +88,24 @@ _handlers: dict[tuple[str, int], object] = {}
 #: (whose State_Set takes the state's deleter), 0.2 as jaxlib 0.8 and 0.9.0,
 #: 0.3 as jaxlib 0.9.1 on (whose State_Get/Set arguments have a `stage`).
 FFI_API_MINOR_VERSIONS = (1, 2, 3)
+#: The FFI API version of the headers the handlers were built against: 0.1
+#: in pip's isolated build (the floor jaxlib's), the environment's jaxlib's
+#: in a build without isolation. A runtime of an older version refuses them
+#: (as XLA does), and `import jax_aclnn` refuses such a jaxlib.
+BUILD_FFI_API = tuple(_loading._aclnn_ffi.ffi_api_version())
+
+
+def ffi_api_minor_versions():
+    """FFI_API_MINOR_VERSIONS as pytest parameters, those older than the
+    build's FFI API version skipped with the reason."""
+    import pytest
+
+    built = ".".join(map(str, BUILD_FFI_API))
+    return [pytest.param(v, marks=pytest.mark.skipif(
+        (0, v) < BUILD_FFI_API,
+        reason=f"the handlers are built against XLA FFI API {built} headers (a build without "
+               f"pip's build isolation), which an FFI API 0.{v} runtime refuses; import refuses "
+               "its jaxlib")) for v in FFI_API_MINOR_VERSIONS]
 
 
 def npu_handler(target: str, api_minor_version: int = 3):

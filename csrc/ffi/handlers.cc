@@ -193,10 +193,14 @@ ffi::TypeId CallState::id = {};
 
 // ----- the call site's state, in the FFI API the runtime speaks -----
 //
-// The handlers are compiled against one version of the FFI headers (the
-// floor's, jaxlib 0.7.2: FFI API 0.1; Bazel: the installed jaxlib's), whose
-// encoding of state lays XLA_FFI_State_Get/Set's arguments out as that
-// version only. The versions differ:
+// The handlers are compiled against one version of the FFI headers (pip's
+// isolated build: the floor's, jaxlib 0.7.2: FFI API 0.1; a build without
+// isolation, and Bazel's: the installed jaxlib's), whose encoding of state
+// lays XLA_FFI_State_Get/Set's arguments out as that version only. XLA runs
+// handlers of its own FFI API version or an older one: a build against newer
+// headers (0.3's) runs on jaxlib releases of that version on only, and
+// `import jax_aclnn` refuses an older jaxlib (jax_aclnn/_compat.py) before
+// any handler is registered. The versions differ:
 // - FFI API 0.1 (jaxlib 0.7): XLA_FFI_State_Set takes the state's deleter
 //   after the state; the type is registered by id only.
 // - FFI API 0.2 (jaxlib 0.8, 0.9.0): no deleter there; the type's

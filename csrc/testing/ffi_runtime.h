@@ -20,9 +20,10 @@
 
 namespace jax_aclnn::testing {
 
-// Structs of FFI API versions other than the headers' (the build's are 0.1's,
-// jaxlib 0.7.2; a build against newer headers works the same), defined here
-// as XLA defines them.
+// Structs of FFI API versions other than the headers' (pip's isolated build
+// uses 0.1's, jaxlib 0.7.2's; a build without isolation the environment's
+// jaxlib's, whose handlers a runtime of an older version refuses, as XLA
+// does), defined here as XLA defines them.
 
 // XLA_FFI_TypeInfo (FFI API 0.2 on): a registered type's deleter.
 struct TypeInfo {
