@@ -17,6 +17,15 @@ For each operator, size and dtype, under ``jax.jit``:
   reduce only reads, without a copy's write-allocate traffic, so it can
   exceed 100% of it.
 
+Each case is measured in two process states (``--modes``): ``clean``, this
+process, which has done nothing else, then ``realistic``, a second process
+in a training process's state (:mod:`jax_aclnn.cli.training_state`: a
+training step's arrays alive after a few steps of a model and its host-side
+allocations and frees), right after the clean measurement. Where an output
+lands and what its first write costs depend on that state; a case whose
+"vs clean" ratio is well above 1, or whose min-max range is wide, is one
+whose speed does not hold.
+
 With ``--bn-memory-channels C`` it measures the resident memory (RSS) of a
 process around one batch-norm reduce of a (16, C) float32 input, through
 aclnn and through the pure-JAX reference, before the call, after it, and
@@ -35,21 +44,19 @@ Outputs are compared first (a fast wrong answer is no result). Timings are
 paired and interleaved (aclnn, xla, torch, then xla, torch, aclnn, ...: each
 goes first in turn) after warm-up; the table gives medians, GB/s (bytes read
 and written), the fractions of both copy bandwidths, and the median of the
-per-pair ratios (>1 means aclnn is faster).
+per-pair ratios (>1 means aclnn is faster), with the range of aclnn's
+times over the repeats.
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import os
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,11 +66,16 @@ import numpy as np
 from tqdm import tqdm
 
 import jax_aclnn as aclnn
-from jax_aclnn.cli.common import UsageError, comma_list, integer, jax_devices, one_of, progress_disabled
+from jax_aclnn.cli.common import (UsageError, child_env, child_error, comma_list, integer, jax_devices, one_of,
+                                  progress_disabled)
+from jax_aclnn.cli import bench_cases
+from jax_aclnn.cli.bench_cases import case_bytes, import_torch, measure, timed
+from jax_aclnn.cli.training_state import RealisticProcess
 
 OPS = list(aclnn.ops.OPERATOR_NAMES)
 DEFAULT_SIZES = "1K,64K,1M,16M"
 DTYPES = ["float32", "float16", "bfloat16"]
+MODES = ["clean", "realistic"]
 
 
 def parse_size(text: str) -> int:
@@ -77,95 +89,6 @@ def parse_size(text: str) -> int:
     if size < 1:
         raise ValueError(f"bad size {text!r}")
     return size
-
-
-def bn_shape(size: int, channels: int) -> tuple[int, int, int]:
-    """A realistic (N, C, H*W) shape of about ``size`` elements."""
-    c = min(channels, max(16, size // 64))
-    inner = 64 if size >= 64 * c else 1
-    return (max(1, size // (c * inner)), c, inner)
-
-
-@dataclass(frozen=True)
-class ElementwiseCase:
-    """How to measure one element-wise operator."""
-
-    operands: tuple[tuple[bool, float, float], ...]  # (full size, not a scalar; low, high)
-    kwargs: dict[str, Any]  # of the jax_aclnn function
-    aten: Callable[[list[Any]], Any] | None  # the ATen kernel on torch tensors, if any
-
-
-ELEMENTWISE = {
-    "smooth_l1_loss_backward": ElementwiseCase(
-        ((False, -3, 3), (True, -3, 3), (True, -3, 3)), {"reduction": "mean", "beta": 1.0},
-        lambda t: torch.ops.aten.smooth_l1_loss_backward(*t, 1, 1.0)),
-    "logit_grad": ElementwiseCase(
-        ((True, 0.01, 0.99), (True, -3, 3)), {"eps": 1e-6},
-        lambda t: torch.ops.aten.logit_backward(t[1], t[0], 1e-6)),
-    "hardshrink_backward": ElementwiseCase(
-        ((True, -3, 3), (True, -3, 3)), {"lambd": 0.5},
-        lambda t: torch.ops.aten.hardshrink_backward(t[0], t[1], 0.5)),
-    "swish_backward": ElementwiseCase(
-        ((True, -3, 3), (True, -3, 3)), {"beta": 1.0},
-        lambda t: torch.ops.aten.silu_backward(t[0], t[1])),
-}
-
-
-def elementwise_case(op: str) -> ElementwiseCase:
-    """``op``'s entry in ``ELEMENTWISE``; for an element-wise operator without
-    one, full-size operands in [-3, 3] (one per positional parameter of its
-    function), its default attributes and no ATen kernel (its torch column
-    shows "-")."""
-    if op in ELEMENTWISE:
-        return ELEMENTWISE[op]
-    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    params = inspect.signature(getattr(aclnn, op)).parameters.values()
-    return ElementwiseCase(((True, -3, 3),) * sum(p.kind in positional for p in params), {}, None)
-
-
-def on_reference_path(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-    """``fn`` jitted and compiled for ``args`` with every operator on its
-    pure-JAX reference path (:func:`jax_aclnn.reference_path`): the
-    operators' own ``jax.numpy`` formulas, compiled by XLA. A jit of its
-    own: a trace is cached per function, whatever the path."""
-    with aclnn.reference_path():
-        return jax.jit(lambda *a: fn(*a)).lower(*args).compile()
-
-
-def make_case(op: str, size: int, dtype: Any, channels: int, rng: np.random.Generator):
-    """(aclnn fn, xla fn, torch fn or None, jax args, bytes moved)."""
-    def arr(shape, lo=-3.0, hi=3.0):
-        return jnp.asarray(rng.uniform(lo, hi, size=shape).astype(np.float32)).astype(dtype)
-
-    item = jnp.dtype(dtype).itemsize
-    if op == "batch_norm_reduce_backward":
-        shape = bn_shape(size, channels)
-        c = shape[1]
-        args = (arr(shape), arr(shape), arr((c,), -0.1, 0.1), arr((c,), 0.5, 2.0), arr((c,)))
-        ours = jax.jit(lambda *a: aclnn.batch_norm_reduce_backward(*a))
-        xla = on_reference_path(aclnn.batch_norm_reduce_backward, args)
-
-        def torch_fn(t):  # ATen has no CPU kernel of its own: its reductions
-            g, x, m, s, _ = t
-            dims = (0, 2)
-            sdy = g.sum(dims, dtype=torch.float32)
-            sxmu = (g.float() * (x.float() - m.float()[None, :, None])).sum(dims)
-            return sdy, sxmu, sxmu * s.float(), sdy
-
-        return ours, xla, torch_fn, args, 2 * np.prod(shape) * item
-    case = elementwise_case(op)
-    args = tuple(arr((size,) if full else (), lo, hi) for full, lo, hi in case.operands)
-    ours = jax.jit(lambda *a: getattr(aclnn, op)(*a, **case.kwargs))
-    xla = on_reference_path(lambda *a: getattr(aclnn, op)(*a, **case.kwargs), args)
-    return ours, xla, case.aten, args, (sum(full for full, _, _ in case.operands) + 1) * size * item
-
-
-def case_bytes(op: str, size: int) -> int:
-    """About the peak memory of measuring one case: the inputs, their torch
-    copies and three outputs, each counted as float32, and the float64 draw
-    of the random inputs."""
-    full = 2 if op == "batch_norm_reduce_backward" else sum(f for f, _, _ in elementwise_case(op).operands)
-    return size * (8 + 4 * (2 * full + 3))
 
 
 #: About the memory of ``--bn-memory-channels``' child process per channel:
@@ -198,18 +121,6 @@ def check_memory(args: argparse.Namespace) -> None:
                          f"of memory, {gib(available)} available; choose fewer channels")
 
 
-def to_torch(a: jax.Array):
-    t = torch.from_numpy(np.array(a.astype(jnp.float32)))
-    return t.to({"float32": torch.float32, "float16": torch.float16,
-                 "bfloat16": torch.bfloat16}[str(a.dtype)])
-
-
-def timed(fn: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    jax.block_until_ready(fn())
-    return time.perf_counter() - start
-
-
 def copy_bandwidth(repeats: int, fresh: bool = False) -> float:
     """GB/s (bytes read + written) of copying 256 MiB, split across one thread
     per core as the operators are (numpy releases the GIL while it copies):
@@ -228,40 +139,6 @@ def copy_bandwidth(repeats: int, fresh: bool = False) -> float:
             list(pool.map(lambda p: np.copyto(*p), parts))
         times = [timed(copy) for _ in range(max(3, repeats))]
     return 2 * src.nbytes / statistics.median(times) / 1e9
-
-
-def check(ours_out, xla_out, dtype) -> None:
-    tol = float(jnp.finfo(dtype).eps) ** (2 / 3) * 4
-    for a, b in zip(jax.tree.leaves(ours_out), jax.tree.leaves(xla_out)):
-        a = np.asarray(a.astype(jnp.float32), np.float64)
-        b = np.asarray(b.astype(jnp.float32), np.float64)
-        scale = max(1.0, float(np.abs(b).max(initial=0.0)))
-        if not np.allclose(a, b, rtol=tol, atol=tol * scale, equal_nan=True):
-            raise SystemExit(f"outputs disagree with XLA's (max error {np.nanmax(np.abs(a - b))})")
-
-
-def measure(op: str, size: int, dtype: Any, args: argparse.Namespace, rng) -> dict[str, Any]:
-    ours, xla, torch_fn, inputs, nbytes = make_case(op, size, dtype, args.bn_channels, rng)
-    check(ours(*inputs), xla(*inputs), dtype)
-    fns = {"aclnn": lambda: ours(*inputs), "xla": lambda: xla(*inputs)}
-    if torch is not None and torch_fn is not None:
-        tin = [to_torch(a) for a in inputs]
-        fns["torch"] = lambda: torch_fn(tin)
-    for fn in fns.values():  # warm-up
-        for _ in range(2):
-            timed(fn)
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    order = list(fns)
-    for i in range(args.repeats):  # paired, interleaved; each goes first in turn
-        for k in order[i % len(order):] + order[: i % len(order)]:
-            times[k].append(timed(fns[k]))
-    row = {"op": op, "size": size, "dtype": str(jnp.dtype(dtype)), "bytes": int(nbytes)}
-    for k, ts in times.items():
-        row[f"{k}_s"] = statistics.median(ts)
-        if k != "aclnn":
-            row[f"vs_{k}"] = statistics.median(b / a for a, b in zip(times["aclnn"], ts))
-    row["aclnn_gbps"] = nbytes / row["aclnn_s"] / 1e9
-    return row
 
 
 def paired_reuse_times(fn: Callable[[], Any], repeats: int) -> dict[str, Any]:
@@ -338,7 +215,8 @@ def print_step_table(rows: list[dict[str, Any]]) -> None:
           "jax.numpy, differentiated by JAX")
 
 
-def print_table(title: str, columns: list[str], text_columns: int, rows: list[list[str]]) -> None:
+def print_table(title: str, columns: list[str], text_columns: int, rows: list[list[str]],
+                width: int = 140) -> None:
     """A rich table: the first ``text_columns`` columns left-aligned, numbers right."""
     from rich.console import Console
     from rich.table import Table
@@ -348,7 +226,7 @@ def print_table(title: str, columns: list[str], text_columns: int, rows: list[li
         table.add_column(col, justify="left" if i < text_columns else "right", no_wrap=i < text_columns)
     for row in rows:
         table.add_row(*row)
-    Console(width=140).print(table)
+    Console(width=width).print(table)
 
 
 def print_reuse_table(results: dict[str, dict[str, Any]]) -> None:
@@ -387,19 +265,14 @@ print(before, after, rss())
 
 def bn_reduce_memory(channels: int) -> dict[str, dict[str, float]]:
     """RSS in MiB around a (16, channels) batch-norm reduce, per path."""
-    package_root = str(Path(aclnn.__file__).resolve().parents[1])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([package_root, os.environ.get("PYTHONPATH", "")]))
     results = {}
     for path, reference in (("aclnn", ""), ("pure JAX", "batch_norm_reduce_backward")):
         child = subprocess.run([sys.executable, "-c", _BN_MEMORY_SCRIPT, str(channels)],
-                               env=dict(env, JAX_ACLNN_REFERENCE=reference), capture_output=True,
+                               env=child_env(JAX_ACLNN_REFERENCE=reference), capture_output=True,
                                text=True)
         if child.returncode:
-            error = child.stderr.strip().splitlines() or [
-                f"killed by signal {-child.returncode}" if child.returncode < 0
-                else f"exit status {child.returncode}"]
             raise UsageError(f"--bn-memory-channels {channels:,}: the measuring process ({path}) "
-                             f"failed: {error[-1]}")
+                             f"failed: {child_error(child.returncode, child.stderr)}")
         before, after, freed = map(float, child.stdout.split())
         results[path] = {"before_mib": before, "after_call_mib": after, "after_clear_caches_mib": freed}
     return results
@@ -414,31 +287,32 @@ def print_memory_table(channels: int, results: dict[str, dict[str, float]]) -> N
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
-    global torch
-    # PyTorch's OpenMP threads otherwise spin for a while after each of its
-    # calls, taking the cores from whatever is measured next.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        torch = None
+    import_torch()
     ops, sizes, dtypes = args.ops, args.sizes, [jnp.dtype(d) for d in args.dtypes]
     check_memory(args)
     devices = jax_devices()
     out = output_folder(args.out) if args.out else None
     # first, so that a failing child process stops the run before the measurements
     memory = bn_reduce_memory(args.bn_memory_channels) if args.bn_memory_channels else None
-    rng = np.random.default_rng(0)
     bandwidth = copy_bandwidth(args.repeats)
     fresh_bandwidth = copy_bandwidth(args.repeats, fresh=True)
     build = aclnn.build_info()
     print(f"memory copy bandwidth: {bandwidth:.1f} GB/s (into fresh memory: {fresh_bandwidth:.1f}); "
           f"{len(devices)} CPU device(s); "
           f"host kernels {build['host_kernel_target']} (float16: {build['host_half_conversions']}); "
-          f"torch {'not installed' if torch is None else torch.__version__}")
+          f"torch {'not installed' if bench_cases.torch is None else bench_cases.torch.__version__}")
     cases = [(o, s, d) for o in ops for d in dtypes for s in sizes]
-    rows = [measure(o, s, d, args, rng) for o, s, d in tqdm(cases, desc="bench", unit="case",
-                                                         disable=progress_disabled(args.quiet))]
+    realistic = RealisticProcess(args) if "realistic" in args.modes else None
+    rows = []
+    try:
+        for o, s, d in tqdm(cases, desc="bench", unit="case", disable=progress_disabled(args.quiet)):
+            if "clean" in args.modes:
+                rows.append(dict(measure(o, s, d, args, np.random.default_rng(0)), mode="clean"))
+            if realistic is not None:
+                rows.append(dict(realistic.measure(o, s, d), mode="realistic"))
+    finally:
+        if realistic is not None:
+            realistic.close()
     for r in rows:
         r["copy_fraction"] = r["aclnn_gbps"] / bandwidth
         r["fresh_copy_fraction"] = r["aclnn_gbps"] / fresh_bandwidth
@@ -477,15 +351,24 @@ def output_folder(path: str) -> Path:
 
 
 def print_results(rows: list[dict[str, Any]], bandwidth: float) -> None:
+    """One row per case and mode, a case's modes together; "vs clean": a
+    mode's median over the clean mode's (> 1: slower)."""
+    case = lambda r: (OPS.index(r["op"]), DTYPES.index(r["dtype"]), r["size"])  # noqa: E731
+    clean = {case(r): r["aclnn_s"] for r in rows if r["mode"] == "clean"}
+
+    def vs_clean(r: dict[str, Any]) -> str:
+        return f"{r['aclnn_s'] / clean[case(r)]:.2f}" if r["mode"] != "clean" and case(r) in clean else ""
+
     print_table(
-        f"jax_aclnn bench (medians; ratio > 1: aclnn faster; copy {bandwidth:.1f} GB/s)",
-        ["operator", "dtype", "elements", "aclnn", "GB/s", "of copy", "of fresh copy", "vs XLA",
-         "vs torch"], 2,
-        [[r["op"], r["dtype"], f"{r['size']:,}", f"{r['aclnn_s'] * 1e6:,.0f} us",
+        f"jax_aclnn bench (aclnn: median, min-max of the repeats; ratios to XLA and torch: medians "
+        f"of the paired ratios, > 1: aclnn faster; copy {bandwidth:.1f} GB/s)",
+        ["operator", "dtype", "elements", "mode", "aclnn", "min-max (us)", "GB/s", "of copy",
+         "of fresh copy", "vs XLA", "vs torch", "vs clean"], 4,
+        [[r["op"], r["dtype"], f"{r['size']:,}", r["mode"], f"{r['aclnn_s'] * 1e6:,.0f} us",
+          f"{r['aclnn_min_s'] * 1e6:,.0f}-{r['aclnn_max_s'] * 1e6:,.0f}",
           f"{r['aclnn_gbps']:.1f}", f"{r['copy_fraction']:.0%}", f"{r['fresh_copy_fraction']:.0%}",
-          f"{r['vs_xla']:.2f}x",
-          f"{r['vs_torch']:.2f}x" if "vs_torch" in r else "-"]
-         for r in rows])
+          f"{r['vs_xla']:.2f}x", f"{r['vs_torch']:.2f}x" if "vs_torch" in r else "-", vs_clean(r)]
+         for r in sorted(rows, key=case)], width=170)
 
 
 def plot(rows: list[dict[str, Any]], bandwidth: float, path: Path) -> None:
@@ -498,8 +381,11 @@ def plot(rows: list[dict[str, Any]], bandwidth: float, path: Path) -> None:
     fig, axes = plt.subplots(1, len(ops), figsize=(4 * len(ops), 3.5), squeeze=False)
     for ax, op in zip(axes[0], ops):
         for dtype in sorted({r["dtype"] for r in rows}):
-            pts = sorted((r["size"], r["aclnn_gbps"]) for r in rows if r["op"] == op and r["dtype"] == dtype)
-            ax.plot(*zip(*pts), marker="o", label=dtype)
+            for mode in sorted({r["mode"] for r in rows}, key=MODES.index):
+                pts = sorted((r["size"], r["aclnn_gbps"]) for r in rows
+                             if (r["op"], r["dtype"], r["mode"]) == (op, dtype, mode))
+                ax.plot(*zip(*pts), marker="o", label=f"{dtype} ({mode})",
+                        linestyle="-" if mode == "clean" else ":")
         ax.axhline(bandwidth, color="gray", linestyle="--", label="memory copy")
         ax.set_xscale("log")
         ax.set_title(op, fontsize=9)
@@ -518,6 +404,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma-separated element counts, K/M suffixes (default: %(default)s)")
     p.add_argument("--dtypes", default=",".join(DTYPES), type=comma_list(one_of(DTYPES), f"some of {', '.join(DTYPES)}"),
                    help="comma-separated dtypes (default: %(default)s)")
+    p.add_argument("--modes", default=",".join(MODES), type=comma_list(one_of(MODES), f"some of {', '.join(MODES)}"),
+                   help="comma-separated process states to measure in (default: %(default)s; see above)")
     p.add_argument("--repeats", type=integer(1), default=15, help="timed pairs per case (default: %(default)s)")
     p.add_argument("--bn-channels", type=integer(16, 1024), default=256, help="channels of the batch-norm shapes, 16 to 1024 (default: %(default)s)")
     p.add_argument("--bn-memory-channels", type=parse_size, metavar="C", help="also measure RSS around a (16, C) batch-norm reduce, e.g. 4M (default: skipped)")
@@ -529,4 +417,3 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-torch: Any = None

@@ -1,0 +1,172 @@
+"""One ``bench`` case: an operator at a size and dtype, its inputs, its
+baselines (XLA's code for the same formula, PyTorch's ATen kernel) and the
+paired timings of the three. Used by ``bench`` in its own process and by the
+realistic mode's measuring process (:mod:`jax_aclnn.cli.training_state`)."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jax_aclnn as aclnn
+
+#: PyTorch, once :func:`import_torch` has run (None where not installed).
+torch: Any = None
+
+
+def bn_shape(size: int, channels: int) -> tuple[int, int, int]:
+    """A realistic (N, C, H*W) shape of about ``size`` elements."""
+    c = min(channels, max(16, size // 64))
+    inner = 64 if size >= 64 * c else 1
+    return (max(1, size // (c * inner)), c, inner)
+
+
+@dataclass(frozen=True)
+class ElementwiseCase:
+    """How to measure one element-wise operator."""
+
+    operands: tuple[tuple[bool, float, float], ...]  # (full size, not a scalar; low, high)
+    kwargs: dict[str, Any]  # of the jax_aclnn function
+    aten: Callable[[list[Any]], Any] | None  # the ATen kernel on torch tensors, if any
+
+
+ELEMENTWISE = {
+    "smooth_l1_loss_backward": ElementwiseCase(
+        ((False, -3, 3), (True, -3, 3), (True, -3, 3)), {"reduction": "mean", "beta": 1.0},
+        lambda t: torch.ops.aten.smooth_l1_loss_backward(*t, 1, 1.0)),
+    "logit_grad": ElementwiseCase(
+        ((True, 0.01, 0.99), (True, -3, 3)), {"eps": 1e-6},
+        lambda t: torch.ops.aten.logit_backward(t[1], t[0], 1e-6)),
+    "hardshrink_backward": ElementwiseCase(
+        ((True, -3, 3), (True, -3, 3)), {"lambd": 0.5},
+        lambda t: torch.ops.aten.hardshrink_backward(t[0], t[1], 0.5)),
+    "swish_backward": ElementwiseCase(
+        ((True, -3, 3), (True, -3, 3)), {"beta": 1.0},
+        lambda t: torch.ops.aten.silu_backward(t[0], t[1])),
+}
+
+
+def elementwise_case(op: str) -> ElementwiseCase:
+    """``op``'s entry in ``ELEMENTWISE``; for an element-wise operator without
+    one, full-size operands in [-3, 3] (one per positional parameter of its
+    function), its default attributes and no ATen kernel (its torch column
+    shows "-")."""
+    if op in ELEMENTWISE:
+        return ELEMENTWISE[op]
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    params = inspect.signature(getattr(aclnn, op)).parameters.values()
+    return ElementwiseCase(((True, -3, 3),) * sum(p.kind in positional for p in params), {}, None)
+
+
+def on_reference_path(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """``fn`` jitted and compiled for ``args`` with every operator on its
+    pure-JAX reference path (:func:`jax_aclnn.reference_path`): the
+    operators' own ``jax.numpy`` formulas, compiled by XLA. A jit of its
+    own: a trace is cached per function, whatever the path."""
+    with aclnn.reference_path():
+        return jax.jit(lambda *a: fn(*a)).lower(*args).compile()
+
+
+def make_case(op: str, size: int, dtype: Any, channels: int, rng: np.random.Generator):
+    """(aclnn fn, xla fn, torch fn or None, jax args, bytes moved)."""
+    def arr(shape, lo=-3.0, hi=3.0):
+        return jnp.asarray(rng.uniform(lo, hi, size=shape).astype(np.float32)).astype(dtype)
+
+    item = jnp.dtype(dtype).itemsize
+    if op == "batch_norm_reduce_backward":
+        shape = bn_shape(size, channels)
+        c = shape[1]
+        args = (arr(shape), arr(shape), arr((c,), -0.1, 0.1), arr((c,), 0.5, 2.0), arr((c,)))
+        ours = jax.jit(lambda *a: aclnn.batch_norm_reduce_backward(*a))
+        xla = on_reference_path(aclnn.batch_norm_reduce_backward, args)
+
+        def torch_fn(t):  # ATen has no CPU kernel of its own: its reductions
+            g, x, m, s, _ = t
+            dims = (0, 2)
+            sdy = g.sum(dims, dtype=torch.float32)
+            sxmu = (g.float() * (x.float() - m.float()[None, :, None])).sum(dims)
+            return sdy, sxmu, sxmu * s.float(), sdy
+
+        return ours, xla, torch_fn, args, 2 * np.prod(shape) * item
+    case = elementwise_case(op)
+    args = tuple(arr((size,) if full else (), lo, hi) for full, lo, hi in case.operands)
+    ours = jax.jit(lambda *a: getattr(aclnn, op)(*a, **case.kwargs))
+    xla = on_reference_path(lambda *a: getattr(aclnn, op)(*a, **case.kwargs), args)
+    return ours, xla, case.aten, args, (sum(full for full, _, _ in case.operands) + 1) * size * item
+
+
+def case_bytes(op: str, size: int) -> int:
+    """About the peak memory of measuring one case: the inputs, their torch
+    copies and three outputs, each counted as float32, and the float64 draw
+    of the random inputs."""
+    full = 2 if op == "batch_norm_reduce_backward" else sum(f for f, _, _ in elementwise_case(op).operands)
+    return size * (8 + 4 * (2 * full + 3))
+
+
+def to_torch(a: jax.Array):
+    t = torch.from_numpy(np.array(a.astype(jnp.float32)))
+    return t.to({"float32": torch.float32, "float16": torch.float16,
+                 "bfloat16": torch.bfloat16}[str(a.dtype)])
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    jax.block_until_ready(fn())
+    return time.perf_counter() - start
+
+
+def check(ours_out, xla_out, dtype) -> None:
+    tol = float(jnp.finfo(dtype).eps) ** (2 / 3) * 4
+    for a, b in zip(jax.tree.leaves(ours_out), jax.tree.leaves(xla_out)):
+        a = np.asarray(a.astype(jnp.float32), np.float64)
+        b = np.asarray(b.astype(jnp.float32), np.float64)
+        scale = max(1.0, float(np.abs(b).max(initial=0.0)))
+        if not np.allclose(a, b, rtol=tol, atol=tol * scale, equal_nan=True):
+            raise SystemExit(f"outputs disagree with XLA's (max error {np.nanmax(np.abs(a - b))})")
+
+
+def measure(op: str, size: int, dtype: Any, args: argparse.Namespace, rng) -> dict[str, Any]:
+    ours, xla, torch_fn, inputs, nbytes = make_case(op, size, dtype, args.bn_channels, rng)
+    check(ours(*inputs), xla(*inputs), dtype)
+    fns = {"aclnn": lambda: ours(*inputs), "xla": lambda: xla(*inputs)}
+    if torch is not None and torch_fn is not None:
+        tin = [to_torch(a) for a in inputs]
+        fns["torch"] = lambda: torch_fn(tin)
+    for fn in fns.values():  # warm-up
+        for _ in range(2):
+            timed(fn)
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    order = list(fns)
+    for i in range(args.repeats):  # paired, interleaved; each goes first in turn
+        for k in order[i % len(order):] + order[: i % len(order)]:
+            times[k].append(timed(fns[k]))
+    row = {"op": op, "size": size, "dtype": str(jnp.dtype(dtype)), "bytes": int(nbytes)}
+    for k, ts in times.items():
+        row[f"{k}_s"] = statistics.median(ts)
+        row[f"{k}_min_s"], row[f"{k}_max_s"] = min(ts), max(ts)
+        if k != "aclnn":
+            row[f"vs_{k}"] = statistics.median(b / a for a, b in zip(times["aclnn"], ts))
+    row["aclnn_gbps"] = nbytes / row["aclnn_s"] / 1e9
+    return row
+
+
+def import_torch() -> None:
+    """Sets ``torch`` to PyTorch, or to None where it is not installed."""
+    global torch
+    # PyTorch's OpenMP threads otherwise spin for a while after each of its
+    # calls, taking the cores from whatever is measured next.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        torch = None
