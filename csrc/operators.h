@@ -27,7 +27,8 @@
     (const aclTensor* gradOut, const aclTensor* input, const aclTensor* mean,             \
      const aclTensor* invstd, const aclTensor* weight, const bool inputG,                 \
      const bool weightG, const bool biasG, aclTensor* sumDy, aclTensor* sumDyXmu,         \
-     aclTensor* gradWeight, aclTensor* gradBias))
+     aclTensor* gradWeight, aclTensor* gradBias))                                         \
+  /* new operators: above this line */
 
 #define JAX_ACLNN_OPERATORS(X) JAX_ACLNN_OPERATORS_WITH(JAX_ACLNN_OPERATOR_NAMES, X)
 #define JAX_ACLNN_OPERATOR_NAMES(X, Name, name, parameters) X(Name, name)
@@ -74,6 +75,7 @@ inline constexpr const char* kAclnnOpNames[kNumOps] = {JAX_ACLNN_OPERATORS(JAX_A
 #include "ops/swish_backward.h"
 #include "ops/swish_backward_kernel.h"
 #include "ops/batch_norm_reduce_backward.h"
+// new operators' headers: above this line
 
 
 #endif  // C++, not JAX_ACLNN_OPERATOR_LIST_ONLY, JAX_ACLNN_OPERATORS_H_

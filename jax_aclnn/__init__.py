@@ -19,7 +19,7 @@ on an Ascend NPU on CANN, both through the same XLA FFI handlers; on other
 platforms they lower to their pure-JAX definitions.
 """
 
-from jax_aclnn import ops
+from jax_aclnn import _loading, _primitive, ops
 from jax_aclnn._primitive import reference_path
 from jax_aclnn._registration import export_disabled_checks
 from jax_aclnn._runtime import (
@@ -33,6 +33,11 @@ from jax_aclnn._runtime import (
 from jax_aclnn.ops import *  # noqa: F403  (the operators: ops.__all__)
 
 __version__ = "0.1.0"
+
+# The compiled extension must come from the same sources as this Python
+# (a source checkout imports an installed build's; see _loading).
+_loading.check_operators(__version__,
+                         {op.name: op.aclnn_name for op in _primitive.OPERATORS.values()})
 
 #: The runtime API, then the operators' public functions (``jax_aclnn.ops.__all__``).
 __all__ = [

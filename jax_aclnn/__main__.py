@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog=PROG, description="Ascend CANN aclnn backward operators as differentiable JAX operations.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{train,bench,info}")
 
-    p = sub.add_parser("train", help="train a model whose jax.grad runs all five aclnn operators",
+    p = sub.add_parser("train", help="train a model whose jax.grad runs every aclnn operator",
                        description=train.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     train.add_arguments(p)
     p.set_defaults(run=train.run)

@@ -10,6 +10,11 @@ def registrations() -> dict:
 def operators() -> dict:
     """{jax_aclnn function: aclnn operator}, the list of csrc/operators.h."""
 
+def operator_prototypes() -> dict:
+    """
+    {jax_aclnn function: its aclnn first phase's prototype}, as csrc/operators.h declares it.
+    """
+
 def operator_attributes() -> dict:
     """
     {jax_aclnn function: {attribute: NumPy dtype name}}: the custom call's attributes, as the handlers decode them (csrc/ops/).
@@ -38,6 +43,16 @@ def set_executor_reuse(enabled: bool) -> None:
 def cpu_provider() -> str: ...
 
 def build_info() -> str: ...
+
+def ffi_api_version() -> tuple[int, int]:
+    """
+    (major, minor): the XLA FFI API version of the headers the handlers were compiled against; they run on an XLA of that version or a newer minor one.
+    """
+
+def package_version() -> str | None:
+    """
+    jax_aclnn.__version__ of the sources this module was built from (None: not recorded).
+    """
 
 def stats() -> dict: ...
 

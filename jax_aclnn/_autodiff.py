@@ -26,13 +26,14 @@ batching rule (``jax.linear_transpose``), so it stays one call per use.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from jax.core import ShapedArray
 
-from jax_aclnn import _batching, _compat, _sharding, _switches
+from jax_aclnn import _batching, _compat, _sharding
 
 #: An operator: a :class:`jax_aclnn._primitive.AclnnPrimitive` (which
 #: imports this module, so it is not imported here).
@@ -99,7 +100,7 @@ class Transposed:
         shape, dtype = tuple(linear_aval.shape), jnp.dtype(linear_aval.dtype)
         if op.self_adjoint and tuple(cts[0].shape) == shape:
             return op.bind(*op.with_linear(cts[0], others), **params)
-        if _switches.reference_forced(op.name):
+        if op.reference_forced():
             return op.transpose_reference(cts, others, shape, dtype, **params)
         args = _compat.match_varying_axes([*cts, *others])
         return self.primitive.bind(*args, num_cts=len(cts), linear_shape=shape,
@@ -118,7 +119,7 @@ class Transposed:
         in_factors, out_factors = op.factors(op.with_linear(lin, others), cts, **params)
         lin_factors = in_factors.pop(op.linear_operand)
         axes = _sharding.factor_axes([*out_factors, *in_factors],
-                                     [getattr(a, "sharding", None) for a in (*cts, *others)])
+                                     [_compat.type_spec(a) for a in (*cts, *others)])
         return _compat.with_operand_types(lin, avals, _sharding.spec_entries(lin_factors, axes))
 
     def _jvp(self, primals, tangents, *, num_cts, **params):
@@ -134,14 +135,17 @@ class Transposed:
         if type(ct) is _compat.Zero:
             return [None] * len(operands)
         outs = _as_list(op.bind(*op.with_linear(ct, others), **params), op.multiple_results)
-        return [o if _compat.is_undefined_primal(c) else None
+        return [_compat.reshard_like(o, c.aval) if _compat.is_undefined_primal(c) else None
                 for o, c in zip(outs, operands[:num_cts])] + [None] * len(others)
 
     def _batch(self, args, dims, *, num_cts, linear_shape, linear_dtype, **params):
         # The transpose of the operator's batching rule: one call per use.
         op = self.op
         size = _batching.batch_size(args, dims)
-        cts = [jnp.broadcast_to(c, (size,) + c.shape) if d is _compat.not_mapped
+        # New batch axes get the mapped operands' sharding of theirs (explicit
+        # mesh axes): vmap refuses mapped axes sharded differently.
+        place = partial(_batching.with_batch_sharding, spec=_batching.batch_spec(args, dims))
+        cts = [place(jnp.broadcast_to(c, (size,) + c.shape)) if d is _compat.not_mapped
                else jnp.moveaxis(c, d, 0) for c, d in zip(args[:num_cts], dims[:num_cts])]
         others, other_dims = args[num_cts:], dims[num_cts:]
 
@@ -149,8 +153,11 @@ class Transposed:
             return jax.vmap(lambda g, *o: op.bind(*op.with_linear(g, o), **params),
                             in_axes=(0, *other_dims))(g, *others)
 
-        g0 = jnp.zeros((size,) + tuple(linear_shape), linear_dtype)
+        g0 = place(jnp.zeros((size,) + tuple(linear_shape), linear_dtype))
         g0 = _compat.match_varying_axes([g0, *args])[0]
+        # The cotangents with the types of the batched operator's results.
+        cts = [_compat.reshard_like(c, t) for c, t in
+               zip(cts, _as_list(jax.eval_shape(batched_op, g0), op.multiple_results))]
         (ct_g,) = jax.linear_transpose(batched_op, g0)(cts if op.multiple_results else cts[0])
         return ct_g, 0
 
@@ -179,7 +186,7 @@ def register(op: Operator) -> Transposed:
         if all(type(c) is _compat.Zero for c in cts):
             return result
         cts = [_compat.instantiate_zeros(c) for c in cts]
-        result[lin] = transposed.bind(cts, others, g.aval, **params)
+        result[lin] = _compat.reshard_like(transposed.bind(cts, others, g.aval, **params), g.aval)
         return result
 
     _compat.primitive_jvps[op.primitive] = jvp

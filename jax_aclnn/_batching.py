@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
 from jax_aclnn import _checks, _compat
@@ -52,6 +53,23 @@ def merged_shapes(op: str, names: Sequence[str], shapes: Sequence[tuple[int, ...
 
 def batch_size(args: Sequence[Any], dims: Sequence[Any]) -> int:
     return next(a.shape[d] for a, d in zip(args, dims) if d is not _compat.not_mapped)
+
+
+def batch_spec(args: Sequence[Any], dims: Sequence[Any]) -> Any:
+    """The PartitionSpec entry of the mapped axis: the explicit mesh axes
+    sharding it in the first mapped operand that shards it, or None."""
+    for a, d in zip(args, dims):
+        if d is not _compat.not_mapped and _compat.dim_specs(a)[d] is not None:
+            return _compat.dim_specs(a)[d]
+    return None
+
+
+def with_batch_sharding(x: Any, spec: Any) -> Any:
+    """``x`` (batch axis at 0) with its batch axis sharded as ``spec``
+    (:func:`batch_spec`), the other axes as they are."""
+    if spec is None or _compat.dim_specs(x)[0] == spec:
+        return x
+    return jax.sharding.reshard(x, jax.sharding.PartitionSpec(spec, *_compat.dim_specs(x)[1:]))
 
 
 def batch_broadcasting(args: Sequence[Any], dims: Sequence[Any]) -> list[Any]:

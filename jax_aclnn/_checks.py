@@ -31,17 +31,20 @@ def _is_weak(value: Any) -> bool:
     return bool(getattr(value, "weak_type", False)) and jnp.dtype(value.dtype).kind in "fiu"
 
 
-def float_arrays(op: str, **args: Any) -> list[jax.Array]:
+def float_arrays(op: str, *, promote: bool = False, **args: Any) -> list[jax.Array]:
     """Converts each argument to a JAX array and checks its dtype.
 
-    All array arguments must share one supported dtype. Weakly typed values
-    (Python scalars, weakly typed JAX arrays) take that dtype, as they do in
-    jax.numpy (also under ``jax_enable_x64``); float32 when every argument is
-    weakly typed.
+    Every array argument must have a supported dtype, and all of them one
+    dtype (an aclnn operator's contract), or with ``promote`` the dtype JAX's
+    type promotion gives them (float16 with bfloat16 is float32), to which
+    all are converted (the differentiable operators, as jax.numpy
+    functions). Weakly typed values (Python scalars, weakly typed JAX arrays)
+    take that dtype, as they do in jax.numpy (also under
+    ``jax_enable_x64``); float32 when every argument is weakly typed.
 
     Raises:
       TypeError: an argument is None or not an array, has an unsupported
-        dtype, or the dtypes differ.
+        dtype, or (without ``promote``) the dtypes differ, naming them.
     """
     for name, value in args.items():
         if value is None:
@@ -63,14 +66,31 @@ def float_arrays(op: str, **args: Any) -> list[jax.Array]:
                 f"{op}: {name} has dtype {dtype}; supported dtypes are {_dtype_names()}"
             )
         dtypes[name] = dtype
-    if len(set(dtypes.values())) > 1:
+    if len(set(dtypes.values())) > 1 and not promote:
         listing = ", ".join(f"{n}: {d}" for n, d in dtypes.items())
         raise TypeError(f"{op}: all tensor arguments must share one dtype; got {listing}")
-    common = next(iter(dtypes.values()), SUPPORTED_DTYPES[0])
-    arrays = []
-    for name, value in args.items():
-        arrays.append(jnp.asarray(value, common) if weak[name] else jnp.asarray(value))
-    return arrays
+    common = jnp.result_type(*dtypes.values()) if dtypes else SUPPORTED_DTYPES[0]
+    return [jnp.asarray(value, common) for value in args.values()]
+
+
+def channel_vector(op: str, name: str, value: Any, input_dtype: Any) -> jax.Array:
+    """A (C,) tensor of a batch-norm reduction (``mean``, ``invstd``,
+    ``weight``): its dtype the input's, float32 or float16, each tensor on
+    its own (CANN's aclnnBatchNormReduceBackward takes FLOAT and FLOAT16
+    statistics and weight with any input: mixed precision); a weakly typed
+    value takes the input's.
+
+    Raises:
+      TypeError: None, not an array, or another dtype, naming both dtypes.
+    """
+    if _is_weak(value):
+        return jnp.asarray(value, input_dtype)
+    (array,) = float_arrays(op, **{name: value})
+    allowed = dict.fromkeys(jnp.dtype(d) for d in (input_dtype, jnp.float32, jnp.float16))
+    if array.dtype not in allowed:
+        raise TypeError(f"{op}: {name} has dtype {array.dtype}; with an input of dtype "
+                        f"{jnp.dtype(input_dtype)} it must be {', '.join(d.name for d in allowed)}")
+    return array
 
 
 def _listing(names: Sequence[str], arrays: Sequence[jax.Array]) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import jaxlib.version
 
 #: jax and jaxlib releases supported: ``>= floor, < ceiling``, but for
@@ -51,6 +52,51 @@ def check_jax_version(jax_version: str, jaxlib_version: str) -> None:
 
 
 check_jax_version(jax.__version__, jaxlib.version.__version__)
+
+#: The XLA FFI API version (0.minor) of the XLA in jaxlib, from the first
+#: release of each (read from each release's headers, xla/ffi/api/c_api.h;
+#: tests/test_jax_range.py checks the installed one). XLA runs handlers built
+#: against its own version's headers or an older version's, never a newer
+#: one's: jax_aclnn's isolated build uses the floor's headers (FFI API 0.1),
+#: which every supported jaxlib runs.
+FFI_API_MINOR_SINCE = (("0.7.0", 1), ("0.8.0", 2), ("0.9.1", 3))
+
+
+def ffi_api_minor(jaxlib_version: str) -> int:
+    """The FFI API minor version of a jaxlib release (0 before 0.7.0)."""
+    release = _release(jaxlib_version)
+    return max((m for first, m in FFI_API_MINOR_SINCE if release >= _release(first)), default=0)
+
+
+def jaxlib_specifier(ffi_api: tuple[int, int]) -> str | None:
+    """The supported jaxlib releases that run handlers built against the
+    headers of FFI API ``ffi_api`` (``(0, 3)``: ``>=0.9.1,<0.11``); None if
+    none does (headers newer than every supported jaxlib's)."""
+    major, minor = ffi_api
+    first = next((v for v, m in FFI_API_MINOR_SINCE if m >= minor), None)
+    if major != 0 or first is None:
+        return None
+    floor, ceiling = SUPPORTED_JAX
+    low = max(floor, first, key=_release)
+    excluded = [v for v in EXCLUDED_JAX if _release(v) >= _release(low)]
+    return ",".join([f">={low}", *(f"!={v}" for v in excluded), f"<{ceiling}"])
+
+
+def check_ffi_api(ffi_api: tuple[int, int], jaxlib_version: str) -> None:
+    """Raises ImportError unless jaxlib ``jaxlib_version`` runs handlers built
+    against the headers of FFI API ``ffi_api`` (the build's,
+    ``_aclnn_ffi.ffi_api_version()``). Registering them with an older XLA
+    would fail, or write past the older API's structs."""
+    runtime = ffi_api_minor(jaxlib_version)
+    if ffi_api[0] == 0 and ffi_api[1] <= runtime:
+        return
+    built = ".".join(map(str, ffi_api))
+    spec = jaxlib_specifier(ffi_api)
+    fix = f"install jaxlib{spec}, or rebuild" if spec else "rebuild"
+    raise ImportError(
+        f"jax_aclnn was built against XLA FFI API {built} headers, which jaxlib {jaxlib_version} "
+        f"(FFI API 0.{runtime}) cannot run: {fix} jax_aclnn with `pip install .`, whose "
+        f"isolated build uses jaxlib {SUPPORTED_JAX[0]}'s headers, which every supported jaxlib runs")
 
 from jax._src import core as _core  # noqa: E402
 from jax._src import dispatch as _dispatch  # noqa: E402
@@ -162,6 +208,62 @@ def sharded_dims(x: Any) -> frozenset[int]:
     return frozenset(i for i, entry in enumerate(spec) if entry is not None)
 
 
+def dim_specs(x: Any) -> tuple[Any, ...]:
+    """The PartitionSpec entry of each dimension of ``x``'s type (explicit
+    mesh axes; None for the others)."""
+    spec = tuple(type_spec(jax.typeof(x)) or ())
+    return spec + (None,) * (jnp.ndim(x) - len(spec))
+
+
+def reshape(x: Any, shape: Sequence[int], spec: Sequence[Any]) -> Any:
+    """``x`` reshaped to ``shape``. Where ``x``'s type shards dimensions
+    (explicit mesh axes), JAX asks for the result's sharding, which ``spec``
+    gives (an entry per result dimension: a merged dimension takes the
+    entry of its majormost dimension, the only sharded one)."""
+    if not sharded_dims(x):
+        return jnp.reshape(x, shape)
+    sharding = jax.typeof(x).sharding.update(spec=jax.sharding.PartitionSpec(*spec))
+    return jax.lax.reshape(x, tuple(shape), out_sharding=sharding)
+
+
+def type_spec(aval: Any) -> jax.sharding.PartitionSpec | None:
+    """The PartitionSpec of an aval's type (explicit mesh axes only, as
+    ``jax.typeof`` shows them), or None when it carries no sharding."""
+    sharding = getattr(aval, "sharding", None)
+    return getattr(sharding, "spec", None)
+
+
+def reshard_like(x: Any, aval: Any) -> Any:
+    """``x`` resharded to the sharding of ``aval``'s type where the two
+    differ (explicit mesh axes): a transpose rule's cotangent must have its
+    primal's type, e.g. the gradient of a replicated (C,) weight from
+    per-channel sums sharded as a channel-sharded input."""
+    want, have = type_spec(aval), type_spec(jax.typeof(x))
+    if want is None or have is None:
+        return x
+    pad = lambda spec: tuple(spec) + (None,) * (jnp.ndim(x) - len(spec))  # noqa: E731
+    if pad(want) == pad(have):
+        return x
+    return jax.sharding.reshard(x, jax.typeof(x).sharding.update(spec=want))
+
+
+def mesh_spec(sharding: Any, mesh: Any) -> jax.sharding.PartitionSpec | None:
+    """The PartitionSpec over ``mesh`` of a sharding that
+    ``custom_partitioning`` hands a partition callback undecoded
+    (``decode_shardings=False``: a ``GSPMDSharding``, jax 0.7.2 to 0.10), or
+    None where no PartitionSpec of ``mesh`` expresses it: XLA may propagate
+    such a sharding, e.g. through a reshape of an unevenly sharded array."""
+    if isinstance(sharding, jax.sharding.NamedSharding):
+        return sharding.spec
+    hlo = getattr(sharding, "_hlo_sharding", None)
+    if hlo is None or mesh.empty:
+        return None
+    try:
+        return _sharding_impls.parse_flatten_op_sharding(hlo, mesh)[0]
+    except (KeyError, ValueError, NotImplementedError, AssertionError):
+        return None
+
+
 def register_cpu_ffi_type(name: str, registration: dict[str, Any]) -> None:
     """Registers an FFI type in XLA's process-wide registry for the CPU,
     whether or not JAX's CPU backend has started (jaxlib's CPU client does
@@ -231,6 +333,7 @@ def spmd_partitioned(ctx: mlir.LoweringRuleContext) -> bool:
 
 __all__ = [
     "EXCLUDED_JAX",
+    "FFI_API_MINOR_SINCE",
     "SUPPORTED_JAX",
     "Primitive",
     "Zero",
@@ -238,10 +341,15 @@ __all__ = [
     "instantiate_zeros",
     "is_function_argument",
     "is_undefined_primal",
+    "check_ffi_api",
     "check_jax_version",
+    "dim_specs",
+    "ffi_api_minor",
+    "jaxlib_specifier",
     "lower_fun",
     "lower_per_platform",
     "match_varying_axes",
+    "mesh_spec",
     "not_mapped",
     "primitive_batchers",
     "primitive_jvps",
@@ -251,8 +359,11 @@ __all__ = [
     "register_lowering",
     "register_lowering_per_use",
     "require_devices_during_lowering",
+    "reshape",
+    "reshard_like",
     "sharded_dims",
     "spmd_partitioned",
+    "type_spec",
     "version_specifier",
     "with_operand_types",
 ]

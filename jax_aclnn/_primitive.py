@@ -7,8 +7,8 @@ transpose in its incoming gradient); this base class registers them, and
 Lowering: on the platforms with a jax_aclnn FFI handler (``"cpu"`` and the
 NPU platform) the primitive becomes one XLA typed-FFI custom call; on every
 other platform it lowers to its pure-JAX reference, so user code runs
-anywhere. ``JAX_ACLNN_REFERENCE`` forces the reference path when a call is
-traced (:mod:`jax_aclnn._switches`). When XLA partitions the program over
+anywhere. ``JAX_ACLNN_REFERENCE`` and :func:`reference_path` force the
+reference path (:mod:`jax_aclnn._switches`). When XLA partitions the program over
 several devices, the custom call is wrapped in ``custom_partitioning`` with
 the rules of :mod:`jax_aclnn._sharding`.
 """
@@ -154,8 +154,13 @@ class AclnnPrimitive:
         map whose own transpose is the operator (see :mod:`jax_aclnn._autodiff`)."""
         return self.transposed.bind(cts, others, linear_aval, **params)
 
+    def reference_forced(self) -> bool:
+        """Whether this operator runs its pure-JAX reference where it is
+        traced now (:func:`reference_path`, ``$JAX_ACLNN_REFERENCE``)."""
+        return _switches.reference_forced(self.name, OPERATORS)
+
     def bind(self, *args: Any, **params: Any) -> Any:
-        if _switches.reference_forced(self.name):
+        if self.reference_forced():
             return self.reference(*args, **params)
         if max(jnp.ndim(a) for a in args) > _checks.MAX_RANK:
             return self.bind_merged(args, **params)
@@ -205,8 +210,8 @@ class AclnnPrimitive:
         else:
             # Aliasing on the CPU only (see alias_gradient), and not where the
             # gradient is a function argument: a jit parameter would need a copy.
-            alias = platform == "cpu" and not _compat.is_function_argument(
-                args[self.linear_operand])
+            alias = (platform == "cpu" and self.alias_gradient
+                     and not _compat.is_function_argument(args[self.linear_operand]))
             call = lambda *a: self.ffi_call(*a, alias=alias, **params)  # noqa: E731
 
         def fn(*a: Any) -> list[Any]:
@@ -235,14 +240,19 @@ def reference_path(ops: str | Iterable[str] = "all") -> Iterator[None]:
         with aclnn.reference_path():
             compiled = jax.jit(jax.grad(loss)).lower(params, x, y).compile()
 
-    It acts when a function is traced: a ``jax.jit`` function traced before
-    keeps its compiled program (trace it anew, e.g. with ``.lower``). The
-    setting belongs to the current thread (a :mod:`contextvars` context).
+    The setting is part of what JAX keys its trace and compilation caches
+    on, as JAX's own configuration contexts are: a ``jax.jit`` function
+    called (or lowered) inside the block is traced anew with the reference,
+    and again with the aclnn custom calls outside it. It belongs to the
+    current thread.
 
     Args:
       ops: ``"all"``, or operator names (e.g. ``["swish_backward",
         "logit_grad"]``; differentiable operators use the aclnn operator of
         their derivative).
+
+    Returns:
+      A context manager, for a ``with`` statement.
 
     Raises:
       TypeError: ``ops`` is neither a string nor an iterable of strings.
@@ -255,12 +265,6 @@ def reference_path(ops: str | Iterable[str] = "all") -> Iterator[None]:
         raise TypeError(f"reference_path: ops must be 'all' or operator names, got {ops!r}") from None
     if not all(isinstance(n, str) for n in names):
         raise TypeError(f"reference_path: ops must be 'all' or operator names, got {ops!r}")
-    unknown = sorted(names - set(OPERATORS) - {"all"})
-    if unknown:
-        raise ValueError(f"reference_path: unknown operator(s) {', '.join(map(repr, unknown))}; "
-                         f"expected 'all' or some of {', '.join(OPERATORS)}")
-    token = _switches.forced_in_context.set(_switches.forced_in_context.get() | names)
-    try:
+    _switches.check_names(names, OPERATORS, "reference_path")
+    with _switches.forced_in_context(_switches.forced_in_context.value | names):
         yield
-    finally:
-        _switches.forced_in_context.reset(token)

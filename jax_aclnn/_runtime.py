@@ -7,7 +7,7 @@ import ctypes
 import os
 from typing import Any
 
-from jax_aclnn import _registration, _switches
+from jax_aclnn import _compat, _registration, _switches
 from jax_aclnn._loading import HOST_PROVIDER_LIBRARY, _aclnn_ffi
 
 
@@ -63,11 +63,14 @@ def load_cann(path: str | os.PathLike[str] | None = None) -> str:
 
 
 def host_kernel_target() -> str:
-    """The CPU target whose kernels the host provider runs, chosen at run time
-    (``"x86-64"``, ``"x86-64-v3"``: AVX2/FMA/F16C, ``"x86-64-v4"``: AVX-512;
-    ``"armv8-a"``: NEON, ``"armv8.2-a+sve"``: SVE, from the kernel's HWCAP;
-    ``"baseline"`` on other architectures), or ``"native"`` for a build made
-    with ``JAX_ACLNN_NATIVE_ARCH=ON``."""
+    """The CPU target whose kernels the host provider runs, chosen at run time.
+
+    Returns:
+      ``"x86-64"``, ``"x86-64-v3"`` (AVX2/FMA/F16C) or ``"x86-64-v4"``
+      (AVX-512); ``"armv8-a"`` (NEON) or ``"armv8.2-a+sve"`` (SVE, from the
+      kernel's HWCAP); ``"baseline"`` on other architectures; or
+      ``"native"`` for a build made with ``JAX_ACLNN_NATIVE_ARCH=ON``.
+    """
     library = ctypes.CDLL(str(HOST_PROVIDER_LIBRARY))  # already loaded: the same handle
     library.JaxAclnnHostKernelTarget.restype = ctypes.c_char_p
     return library.JaxAclnnHostKernelTarget().decode()
@@ -88,6 +91,11 @@ def build_info() -> dict[str, Any]:
 
     Returns:
       ``{"build": str`` (the compiled extension's build options),
+      ``"ffi_api": str`` (the XLA FFI API version of the headers the
+      handlers were compiled against, e.g. ``"0.1"``: pip's isolated build
+      uses the floor jaxlib's; a build without isolation the environment's
+      jaxlib's), ``"jaxlib": str`` (the jaxlib releases this build runs on,
+      a version specifier: those of that FFI API version or newer),
       ``"host_kernel_target": str`` (:func:`host_kernel_target`),
       ``"host_half_conversions": str`` (how the chosen kernels convert
       float16: the CPU's instructions or portable formulas),
@@ -102,8 +110,11 @@ def build_info() -> dict[str, Any]:
         switches an operator's first lowering checks).
     """
     _switches.executor_reuse_from_env()
+    ffi_api = tuple(_aclnn_ffi.ffi_api_version())
     return {
         "build": _aclnn_ffi.build_info(),
+        "ffi_api": ".".join(map(str, ffi_api)),
+        "jaxlib": _compat.jaxlib_specifier(ffi_api),
         "host_kernel_target": host_kernel_target(),
         "host_half_conversions": host_half_conversions(),
         "host_provider_library": str(HOST_PROVIDER_LIBRARY),
@@ -128,9 +139,10 @@ def runtime_stats() -> dict[str, Any]:
     """Counts of what the FFI handlers did through the aclnn interface.
 
     Returns:
-      ``{"calls": {aclnn operator: {"get_workspace_size": int, "execute": int}},
-      "live_tensors": int, "live_executors": int, "provider": str}``.
-      ``calls`` count since import or :func:`reset_runtime_stats`;
+      A dict with ``calls``, ``live_tensors``, ``live_executors`` and
+      ``provider``, ``{"calls": {aclnn operator: {"get_workspace_size": int,
+      "execute": int}}, "live_tensors": int, "live_executors": int,
+      "provider": str}``. ``calls`` count since import or :func:`reset_runtime_stats`;
       ``live_tensors`` (aclTensor and aclScalar descriptors created and not
       yet destroyed) and ``live_executors`` (executors created and not yet
       consumed or destroyed) are live counts, never reset. Call-site

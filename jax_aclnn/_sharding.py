@@ -23,6 +23,7 @@ Operators whose result depends on global sizes (the ``"mean"`` of
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -72,19 +73,35 @@ def _axes(entry: Any) -> tuple[str, ...]:
     return tuple(entry) if isinstance(entry, tuple) else (entry,)
 
 
-def factor_axes(in_factors: Sequence[Factors], shardings: Sequence[Any]) -> dict[str, tuple[str, ...]]:
-    """Mesh axes per factor: from the first operand that shards it, no axis twice."""
+def factor_axes(in_factors: Sequence[Factors], specs: Sequence[Any]) -> dict[str, tuple[str, ...]]:
+    """Mesh axes per factor: from the first operand whose PartitionSpec
+    (None: unsharded) shards it, no axis twice."""
     chosen: dict[str, tuple[str, ...]] = {}
     used: set[str] = set()
-    for fs, sharding in zip(in_factors, shardings):
-        spec = tuple(getattr(sharding, "spec", ()))
-        for f, entry in zip(fs, spec):
+    for fs, spec in zip(in_factors, specs):
+        for f, entry in zip(fs, tuple(spec or ())):
             axes = _axes(entry)
             if f is None or not axes or f in chosen or used & set(axes):
                 continue
             chosen[f] = axes
             used |= set(axes)
     return chosen
+
+
+def even_factor_axes(axes: dict[str, tuple[str, ...]], in_factors: Sequence[Factors],
+                     in_avals: Sequence[Any], mesh: Any) -> dict[str, tuple[str, ...]]:
+    """``axes`` without the factors whose size the mesh axes do not divide.
+
+    XLA pads the blocks of an uneven dimension with values nobody reads, so
+    an element-wise factor could be split unevenly; but a sum over a factor
+    (a reduction factor) would add the padding in. Such a factor is left
+    whole: XLA gathers the operands along it first. Uneven element-wise
+    factors are left whole too, so that every block the aclnn operator sees
+    holds data only.
+    """
+    sizes = {f: n for fs, a in zip(in_factors, in_avals) for f, n in zip(fs, a.shape) if f}
+    return {f: a for f, a in axes.items()
+            if sizes[f] % math.prod(mesh.shape[name] for name in a) == 0}
 
 
 def spec_entries(factors: Factors, axes: dict[str, tuple[str, ...]]) -> list[Any]:
@@ -100,7 +117,7 @@ def typed(op: Operator, out_avals: Sequence[Any], in_avals: Sequence[Any],
     (C,) results are sharded as the channel dimension) and the operands'
     varying manual axes."""
     in_factors, out_factors = op.factors(in_avals, out_avals, **params)
-    axes = factor_axes(in_factors, [getattr(a, "sharding", None) for a in in_avals])
+    axes = factor_axes(in_factors, [_compat.type_spec(a) for a in in_avals])
     return [_compat.with_operand_types(o, in_avals, spec_entries(fs, axes))
             for o, fs in zip(out_avals, out_factors)]
 
@@ -116,7 +133,8 @@ def partitioned(op: Operator, in_avals: Sequence[Any], out_avals: Sequence[Any],
         return op.ffi_call(*args, **params)
 
     def partition(mesh, arg_shapes, result_shape):
-        axes = factor_axes(in_factors, [a.sharding for a in arg_shapes])
+        specs = [_compat.mesh_spec(a.sharding, mesh) for a in arg_shapes]
+        axes = even_factor_axes(factor_axes(in_factors, specs), in_factors, in_avals, mesh)
 
         def sharding(fs: Factors) -> NamedSharding:
             return NamedSharding(mesh, PartitionSpec(*spec_entries(fs, axes)))
@@ -131,5 +149,9 @@ def partitioned(op: Operator, in_avals: Sequence[Any], out_avals: Sequence[Any],
                 tuple(sharding(fs) for fs in in_factors))
 
     fn = custom_partitioning(call)
-    fn.def_partition(partition=partition, sharding_rule=rule, **rule_kwargs)
+    # The operands' shardings come undecoded: XLA may propagate one that no
+    # PartitionSpec of the mesh expresses (uneven sizes after a reshape),
+    # which custom_partitioning's own decoding cannot take.
+    fn.def_partition(partition=partition, sharding_rule=rule, decode_shardings=False,
+                     **rule_kwargs)
     return fn

@@ -1,9 +1,10 @@
 """The environment switches and the reference-path switch.
 
-* ``JAX_ACLNN_REFERENCE``: forces the pure-JAX reference path when a call is
-  traced: ``all`` (or ``1``), or a comma-separated list of operator names
-  such as ``swish_backward,logit_grad``; :func:`jax_aclnn.reference_path`
-  does the same for a block of code (:data:`forced_in_context`);
+* ``JAX_ACLNN_REFERENCE``: forces the pure-JAX reference path for the
+  whole process (read at import): ``all`` (or ``1``), or a comma-separated
+  list of operator names such as ``swish_backward,logit_grad``;
+  :func:`jax_aclnn.reference_path` does the same for a block of code
+  (:data:`forced_in_context`);
 * ``JAX_ACLNN_NPU_PLATFORM``: the Ascend PJRT plugin's platform name;
 * ``JAX_ACLNN_EXECUTOR_REUSE``: ``0`` turns executor reuse off from import on
   (``1``, the default, on; another value is refused when an operator is
@@ -12,8 +13,10 @@
 
 from __future__ import annotations
 
-import contextvars
 import os
+from collections.abc import Iterable
+
+import jax
 
 REFERENCE_ENV = "JAX_ACLNN_REFERENCE"
 #: Environment variable naming the Ascend PJRT plugin's platform.
@@ -25,24 +28,47 @@ EXECUTOR_REUSE_ENV = "JAX_ACLNN_EXECUTOR_REUSE"
 CPU_PLATFORM_NAMES = ("cpu", "host")
 
 
-#: The operator names :func:`jax_aclnn.reference_path` forces in the
-#: current context (``"all"``: every operator).
-forced_in_context: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
-    "jax_aclnn_reference_path", default=frozenset())
+def _names_from_env() -> frozenset[str]:
+    value = os.environ.get(REFERENCE_ENV, "").strip()
+    if value.lower() in ("", "0", "false", "no"):
+        return frozenset()
+    if value.lower() in ("1", "all", "true", "yes"):
+        return frozenset({"all"})
+    return frozenset(v.strip() for v in value.split(",") if v.strip())
 
 
-def reference_forced(name: str) -> bool:
+#: The operators ``$JAX_ACLNN_REFERENCE`` forces, read at import as JAX reads
+#: its own ``JAX_*`` variables (checked against the operators by
+#: :func:`reference_forced`).
+FORCED_BY_ENV = _names_from_env()
+
+#: The operator names :func:`jax_aclnn.reference_path` forces in the current
+#: thread (``"all"``: every operator): a JAX user context, so part of what
+#: JAX keys its trace and compilation caches on. A function traced inside
+#: the block and called outside it (or the other way round) is traced anew.
+forced_in_context = jax.make_user_context(frozenset())
+
+
+def check_names(names: frozenset[str], known: Iterable[str], where: str) -> None:
+    """ValueError naming ``where`` unless every name is ``"all"`` or in ``known``."""
+    known = list(known)
+    unknown = sorted(names - set(known) - {"all"})
+    if unknown:
+        raise ValueError(f"{where}: unknown operator(s) {', '.join(map(repr, unknown))}; "
+                         f"expected 'all' or some of {', '.join(known)}")
+
+
+def reference_forced(name: str, known: Iterable[str]) -> bool:
     """True when ``$JAX_ACLNN_REFERENCE`` or :func:`jax_aclnn.reference_path`
-    selects the pure-JAX path for ``name``."""
-    forced = forced_in_context.get()
-    if "all" in forced or name in forced:
-        return True
-    value = os.environ.get(REFERENCE_ENV, "").strip().lower()
-    if value in ("", "0", "false", "no"):
-        return False
-    if value in ("1", "all", "true", "yes"):
-        return True
-    return name in {v.strip() for v in value.split(",")}
+    selects the pure-JAX path for ``name``.
+
+    Raises:
+      ValueError: ``$JAX_ACLNN_REFERENCE`` names an operator not in ``known``
+        (a typo would silently disable nothing).
+    """
+    check_names(FORCED_BY_ENV, known, f"{REFERENCE_ENV}={os.environ.get(REFERENCE_ENV, '')!r}")
+    forced = forced_in_context.value | FORCED_BY_ENV
+    return "all" in forced or name in forced
 
 
 def npu_platform() -> str:

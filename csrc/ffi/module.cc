@@ -2,6 +2,7 @@
 // registration, provider loading and runtime statistics.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -61,6 +62,24 @@ NB_MODULE(_aclnn_ffi, m) {
       "{jax_aclnn function: aclnn operator}, the list of csrc/operators.h.");
 
   m.def(
+      "operator_prototypes",
+      [] {
+        nb::dict ops;
+#define JAX_ACLNN_STRING(...) #__VA_ARGS__
+#define JAX_ACLNN_EXPANDED_STRING(...) JAX_ACLNN_STRING(__VA_ARGS__)
+#define JAX_ACLNN_PROTOTYPE(A, Name, name, parameters)                         \
+  ops[#name] = "aclnnStatus aclnn" #Name "GetWorkspaceSize" JAX_ACLNN_EXPANDED_STRING( \
+      ACLNN_ABI_FIRST_PHASE parameters);
+        JAX_ACLNN_OPERATORS_WITH(JAX_ACLNN_PROTOTYPE, _)
+#undef JAX_ACLNN_PROTOTYPE
+#undef JAX_ACLNN_EXPANDED_STRING
+#undef JAX_ACLNN_STRING
+        return ops;
+      },
+      "{jax_aclnn function: its aclnn first phase's prototype}, as csrc/operators.h "
+      "declares it.");
+
+  m.def(
       "operator_attributes",
       [] {
         nb::dict ops;
@@ -117,11 +136,28 @@ NB_MODULE(_aclnn_ffi, m) {
     info += ", sanitizers: " JAX_ACLNN_SANITIZERS;
 #endif
     // The headers' FFI API version; the handlers run on runtimes of that
-    // version or a newer one, laying out their state calls for it.
-    info += ", XLA FFI API " + std::to_string(XLA_FFI_API_MAJOR) + "." +
-            std::to_string(XLA_FFI_API_MINOR) + " headers (executor reuse on FFI API 0.1 to 0.3)";
+    // version or a newer one (XLA refuses handlers of a newer version than
+    // its own), laying out their state calls for the runtime's version.
+    const std::string ffi = "FFI API " + std::to_string(XLA_FFI_API_MAJOR) + "." +
+                            std::to_string(XLA_FFI_API_MINOR);
+    info += ", XLA " + ffi + " headers (runs on " + ffi + " on; executor reuse on " + ffi +
+            (XLA_FFI_API_MINOR < 3 ? " to 0.3)" : ")");
     return info;
   });
+  m.def(
+      "ffi_api_version", [] { return std::make_pair(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR); },
+      "(major, minor): the XLA FFI API version of the headers the handlers were compiled "
+      "against; they run on an XLA of that version or a newer minor one.");
+  m.def(
+      "package_version",
+      []() -> std::optional<std::string> {
+#ifdef JAX_ACLNN_VERSION
+        return std::string(JAX_ACLNN_VERSION);
+#else
+        return std::nullopt;  // a build that does not record it (Bazel)
+#endif
+      },
+      "jax_aclnn.__version__ of the sources this module was built from (None: not recorded).");
 
   m.def("stats", [] {
     RuntimeStats& s = Stats();

@@ -7,19 +7,20 @@
 namespace jax_aclnn::host {
 namespace {
 
-// A (C,) vector of the batch-norm reduction: in the input's dtype or, with a
-// half-precision input, in float32 (float32 statistics, as CANN and ATen take
-// them).
+// A (C,) vector of the batch-norm reduction: in the input's dtype, FLOAT or
+// FLOAT16, each vector on its own (mixed precision: CANN takes FLOAT and
+// FLOAT16 statistics, weight and results whatever the input's dtype).
 aclnnStatus CheckChannelVector(const char* op, const char* name, const aclTensor* t,
                                int64_t channels, aclDataType dtype) {
   if (aclnnStatus st = CheckTensor(op, name, t)) return st;
   if (t->view.rank != 1 || t->view.dims[0] != channels)
     return Fail(ACLNN_ERR_PARAM_INVALID, "%s: %s has shape %s, expected [%lld]", op, name,
                 ShapeString(t->view).c_str(), static_cast<long long>(channels));
-  if (t->view.dtype != dtype && t->view.dtype != ACL_FLOAT)
-    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: %s has data type %s, expected %s or %s", op,
-                name, DataTypeName(t->view.dtype), DataTypeName(dtype),
-                DataTypeName(ACL_FLOAT));
+  const aclDataType d = t->view.dtype;
+  if (d != dtype && d != ACL_FLOAT && d != ACL_FLOAT16)
+    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: %s has data type %s, expected %s, %s or %s", op,
+                name, DataTypeName(d), DataTypeName(dtype), DataTypeName(ACL_FLOAT),
+                DataTypeName(ACL_FLOAT16));
   return ACLNN_SUCCESS;
 }
 

@@ -1,6 +1,7 @@
 """Shared machinery of the command line (``python -m jax_aclnn``): the
-error a user can fix, the check for the ``cli`` extra, and argument types
-that refuse bad option values while parsing.
+error a user can fix, the check for the ``cli`` extra, argument types
+that refuse bad option values while parsing, and the environment and
+errors of ``bench``'s measuring child processes.
 
 A :class:`UsageError` raised anywhere in a command (or by argparse) ends
 the command with one line on stderr and exit status 2; ``--debug`` or
@@ -15,6 +16,7 @@ import math
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 PROG = "python -m jax_aclnn"
@@ -111,9 +113,11 @@ def progress_disabled(quiet: bool) -> bool | None:
     return True if quiet or not sys.stdout.isatty() else None
 
 
-def integer(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
-    """An argparse ``type``: an integer from ``minimum`` to ``maximum`` (if given)."""
+def integer(minimum: int, maximum: int | None = None, why: str | None = None) -> Callable[[str], int]:
+    """An argparse ``type``: an integer from ``minimum`` to ``maximum`` (if given);
+    ``why``, if given, is the reason for the bounds, told with the refusal."""
     wanted = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
+    reason = f": {why}" if why else ""
 
     def parse(text: str) -> int:
         try:
@@ -121,7 +125,7 @@ def integer(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
         except ValueError:
             value = None
         if value is None or value < minimum or (maximum is not None and value > maximum):
-            raise argparse.ArgumentTypeError(f"must be an integer {wanted}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"must be an integer {wanted}, got {text!r}{reason}")
         return value
 
     return parse
@@ -161,3 +165,18 @@ def one_of(choices: Sequence[str]) -> Callable[[str], str]:
         return text
 
     return parse
+
+
+def child_env(**variables: str) -> dict[str, str]:
+    """The environment of a measuring child process: this one's, importing
+    this jax_aclnn."""
+    package_root = str(Path(__file__).resolve().parents[2])
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([package_root, os.environ.get("PYTHONPATH", "")]),
+                **variables)
+
+
+def child_error(returncode: int, stderr: str) -> str:
+    """The last line a failed child process wrote, or how it ended."""
+    lines = stderr.strip().splitlines() or [
+        f"killed by signal {-returncode}" if returncode < 0 else f"exit status {returncode}"]
+    return lines[-1]

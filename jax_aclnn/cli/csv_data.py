@@ -6,7 +6,13 @@ numpy's ``genfromtxt`` turns text into NaN silently, and pandas is no
 dependency of this package. The rules:
 
 * the first row names the columns (a first row of numbers only is refused
-  as a missing header); values are separated by commas;
+  as a missing header); values are separated by commas; a value may be of
+  any length (Python's ``csv`` module stops at 131,072 characters);
+* a number is written as in C and as spreadsheets write it: a sign, ASCII
+  digits with a decimal point and exponent, or ``inf``/``nan``; Python's
+  ``float()`` also takes digit groups (``1_000``) and other scripts' digits,
+  which are text here, as in spreadsheets and pandas (a grouped number is
+  reported with the number to write instead);
 * a cell that is empty, ``NA``, ``N/A``, ``NaN``, ``null``, ``None`` or ``?``
   (any case) is missing, as is an infinite number; a row with a missing value
   in a column that is used is dropped, and the drops are counted;
@@ -22,6 +28,7 @@ from __future__ import annotations
 import csv
 import difflib
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +38,16 @@ from jax_aclnn.cli.common import UsageError
 MISSING = frozenset({"", "na", "n/a", "nan", "null", "none", "?"})
 #: Text columns with at most this many distinct values are one-hot encoded.
 MAX_CATEGORIES = 10
+#: The longest value the reader takes (the csv module's limit, a C long, is
+#: 131,072 characters by default; a whole file is read into memory anyway).
+MAX_FIELD = 2**31 - 1
+#: A number as a CSV file writes it (see the module's rules), blanks around it allowed.
+_NUMBER = re.compile(r"\s*[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?|inf|infinity|nan)\s*",
+                     re.ASCII | re.IGNORECASE)
+#: A number with its digits in groups of three, the groups separated by '_'
+#: (Python's 1_000) or ',' (a quoted "1,000"): text in a CSV file.
+_GROUPED_NUMBER = re.compile(r"\s*[+-]?\d{1,3}(?:([_,])\d{3})(?:\1\d{3})*(?:\.\d*)?(?:e[+-]?\d+)?\s*",
+                             re.ASCII | re.IGNORECASE)
 
 
 @dataclass
@@ -57,9 +74,14 @@ def read_regression_csv(path: str, target: str) -> Table:
     columns = {name: _Column.parse(name, [row[i] for _, row in rows], [n for n, _ in rows])
                for i, name in enumerate(header)}
     y = columns.pop(target)
+    if y.text is not None and (plain := _ungrouped(y.text)) is not None:
+        raise UsageError(
+            f"--target {target!r} has {_preview(y.text)!r} on line {y.text_line}, a number "
+            f"with grouped digits, which is text in a CSV file; write it as {plain} "
+            "(no '_' or ',' between digits)")
     if y.text is not None:
         raise UsageError(
-            f"--target {target!r} is not numeric ({y.text!r} on line {y.text_line}, "
+            f"--target {target!r} is not numeric ({y.text_cell()}, "
             f"{len(y.categories)} distinct values): train fits a regression; choose a numeric "
             "column, or encode the classes as numbers")
     notes, features, blocks = [], [], []
@@ -72,12 +94,13 @@ def read_regression_csv(path: str, target: str) -> Table:
         elif len(col.categories) <= MAX_CATEGORIES:
             features += [f"{col.name}={c}" for c in col.categories]
             blocks.append(col.one_hot())
+            values = ", ".join(repr(_preview(c)) for c in col.categories)
             notes.append(f"one-hot encoded text column {col.name!r} "
-                         f"({len(col.categories)} values: {', '.join(map(repr, col.categories))})")
+                         f"({len(col.categories)} values: {values}){col.grouped_hint()}")
         else:
-            notes.append(f"left out column {col.name!r}: not numeric ({col.text!r} on line "
-                         f"{col.text_line}) and {len(col.categories)} distinct values (one-hot "
-                         f"encoding takes at most {MAX_CATEGORIES})")
+            notes.append(f"left out column {col.name!r}: not numeric ({col.text_cell()}) and "
+                         f"{len(col.categories)} distinct values (one-hot encoding takes at most "
+                         f"{MAX_CATEGORIES}){col.grouped_hint()}")
     if not features:
         raise UsageError(f"{path} has no usable feature column besides {target!r}"
                          + "".join(f"; {n}" for n in notes) + "; add numeric columns")
@@ -105,12 +128,23 @@ class _Column:
             if cell.strip().lower() in MISSING:
                 continue
             try:
-                values[i] = float(cell)
+                values[i] = _number(cell)
             except ValueError:
                 if text is None:
                     text, text_line = cell, lines[i]
         categories = sorted({c.strip() for c in cells if c.strip().lower() not in MISSING}) if text is not None else []
         return cls(name, values, text, text_line, categories, cells)
+
+    def text_cell(self) -> str:
+        """Where the column's first text is, for a message: ``'abc' on line 3``."""
+        return f"{_preview(self.text)!r} on line {self.text_line}"
+
+    def grouped_hint(self) -> str:
+        """For a text column whose first text is a number with grouped digits:
+        the number to write instead, for a note; else empty."""
+        plain = _ungrouped(self.text) if self.text is not None else None
+        return "" if plain is None else (f"; {_preview(self.text)!r} is a number with grouped "
+                                         f"digits: to use it as one, write {plain}")
 
     def one_hot(self) -> np.ndarray:
         """(rows, categories) of 0/1; NaN in every column where a cell is missing."""
@@ -124,7 +158,9 @@ def _read(path: str) -> tuple[list[str], list[tuple[int, list[str]]]]:
     """The header's column names and the non-blank rows with the lines they
     start on (a quoted value can span lines)."""
     start = 1  # the line of the record being read
+    limit = csv.field_size_limit()  # process-wide: restored below
     try:
+        csv.field_size_limit(MAX_FIELD)
         with open(path, newline="", encoding="utf-8-sig") as f:
             reader = csv.reader(f, strict=True)  # strict: an unclosed quote is an error
             records = []
@@ -145,9 +181,18 @@ def _read(path: str) -> tuple[list[str], list[tuple[int, list[str]]]]:
         if "end of data" in str(e):
             raise UsageError(f"line {start} of {path} opens a quoted value that is not closed before "
                              "the end of the file; add the closing quote") from None
+        if "field limit" in str(e):
+            raise UsageError(f"line {start} of {path} has a value of more than {MAX_FIELD:,} "
+                             "characters; shorten it, or remove its column from the file") from None
+        if "expected after" in str(e):
+            raise UsageError(f"line {start} of {path} has a quoted value with more text after its "
+                             f"closing quote ({e}); end the value at the quote, or write a quote "
+                             'inside a quoted value twice ("")') from None
         raise UsageError(f"line {start} of {path} is not readable CSV ({e}); save it as a UTF-8 CSV") from None
     except OSError as e:
         raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
+    finally:
+        csv.field_size_limit(limit)
     if not records:
         raise UsageError(f"{path} is empty; it needs a header row naming the columns, then data rows")
     (_, first), rows = records[0], records[1:]
@@ -174,11 +219,25 @@ def _preview(text: str, limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _number(cell: str) -> float:
+    """The number a cell writes (the module's rules); ValueError if it is text."""
+    if not _NUMBER.fullmatch(cell):
+        raise ValueError(f"not a number: {cell!r}")
+    return float(cell)
+
+
 def _is_number(cell: str) -> bool:
     try:
-        return math.isfinite(float(cell))
+        return math.isfinite(_number(cell))
     except ValueError:
         return False
+
+
+def _ungrouped(cell: str) -> str | None:
+    """A number written with grouped digits (``1_000``, ``-12,345.5``) as it
+    is written in a CSV file (``1000``, ``-12345.5``); None for other text."""
+    match = _GROUPED_NUMBER.fullmatch(cell)
+    return match and cell.strip().replace(match.group(1), "")
 
 
 def _columns_hint(header: list[str], target: str) -> str:

@@ -36,6 +36,7 @@ def collect() -> dict[str, object]:
         "CPU aclnn provider": aclnn.runtime_stats()["provider"],
         "host provider library": build["host_provider_library"],
         "build": build["build"],
+        "jaxlib this build runs on": f"{build['jaxlib']} (XLA FFI API {build['ffi_api']} headers)",
         "host kernels (chosen at run time)": build["host_kernel_target"],
         "host float16 conversions": build["host_half_conversions"],
         "machine": f"{platform.machine()}, {platform.system()}, Python {sysconfig.get_python_version()}",

@@ -1,15 +1,14 @@
 """``python -m jax_aclnn train``: the main job.
 
-Trains a small regression network whose ``jax.grad`` runs all five aclnn
-operators, on scikit-learn's bundled diabetes data set (442 patients, 10
-features; no network needed) or on a user's CSV file:
-
-* ``batch_norm`` -> aclnnBatchNormReduceBackward
-* ``swish`` activation -> aclnnSwishBackward
-* ``hardshrink`` on the second hidden layer (sparse features) -> aclnnHardshrinkBackward
-* DETR-style iterative refinement of a prediction in (0, 1):
-  ``p1 = sigmoid(logit(p0) + delta)`` -> aclnnLogitGrad
-* ``smooth_l1_loss`` on both predictions -> aclnnSmoothL1LossBackward
+Trains a small regression network whose ``jax.grad`` runs every aclnn
+operator of the package, on scikit-learn's bundled diabetes data set (442
+patients, 10 features; no network needed) or on a user's CSV file. The
+network is built from the operators' own layers (``jax_aclnn.network``):
+each block is a matmul, the normalizations (``batch_norm``:
+aclnnBatchNormReduceBackward) and the activations (``logit`` of a sigmoid:
+aclnnLogitGrad; ``hardshrink``: aclnnHardshrinkBackward; ``swish``:
+aclnnSwishBackward), then a prediction in (0, 1) and the losses
+(``smooth_l1_loss``: aclnnSmoothL1LossBackward) against the target.
 
 An ensemble of models from several seeds trains in one ``jax.vmap``'d,
 jit-compiled step (per-example batching rules, one custom call per operator),
@@ -35,14 +34,22 @@ from jax.sharding import PartitionSpec as P
 from tqdm import tqdm
 
 import jax_aclnn as aclnn
+from jax_aclnn import network
 from jax_aclnn.cli.common import MAX_SEED, UsageError, integer, jax_devices, positive_float, progress_disabled
 from jax_aclnn.cli.csv_data import MAX_CATEGORIES, read_regression_csv
 
 HIDDEN = 64
+#: Blocks of the network (matmul, normalizations, activations).
+BLOCKS = 2
 #: Range the target is scaled into, inside (0, 1) so that logit is finite.
 TARGET_RANGE = (0.05, 0.95)
 #: Fewest complete rows a data set needs (8 to train on, 2 to validate).
 MIN_ROWS = 10
+#: Fewest examples in a (global) training batch. Batch norm of one example
+#: subtracts it from itself: its output is the layer's shift whatever the
+#: input, so every weight before it gets a zero gradient (with the shift at
+#: its initial zero, every weight does). PyTorch refuses it in training too.
+MIN_BATCH = 2
 
 
 @dataclass
@@ -99,44 +106,17 @@ def unit_scaled(a: np.ndarray) -> np.ndarray:
     return a / np.where(biggest > 0, biggest, 1.0)
 
 
-def init_params(key: jax.Array, features: int) -> dict[str, jax.Array]:
-    k1, k2, k3, k4 = jax.random.split(key, 4)
-    glorot = jax.nn.initializers.glorot_normal()
-    return {
-        "w1": glorot(k1, (features, HIDDEN)),
-        "bn_scale": jnp.ones(HIDDEN),
-        "bn_shift": jnp.zeros(HIDDEN),
-        "w2": glorot(k2, (HIDDEN, HIDDEN)),
-        "b2": jnp.zeros(HIDDEN),
-        "head0": glorot(k3, (HIDDEN, 1)),
-        "head1": glorot(k4, (HIDDEN, 1)) * 0.1,
-    }
-
-
-def predict(params: dict[str, jax.Array], x: jax.Array, dtype: Any,
-            axis_name: str | None = None) -> tuple[jax.Array, jax.Array]:
-    """Two predictions in (0, 1): p0, and p1 refined from it through logit.
-
-    With ``axis_name`` (inside ``shard_map``), batch norm is synchronized
-    over that axis: the statistics of the whole global batch.
-    """
-    p = jax.tree.map(lambda a: a.astype(dtype), params)
-    h = x.astype(dtype) @ p["w1"]
-    h, _, _ = aclnn.batch_norm(h, p["bn_scale"], p["bn_shift"], channel_axis=-1, axis_name=axis_name)
-    h = aclnn.swish(h, beta=1.0)
-    h = aclnn.hardshrink(h @ p["w2"] + p["b2"], lambd=0.05)
-    p0 = jax.nn.sigmoid(h @ p["head0"])[:, 0]
-    p1 = jax.nn.sigmoid(aclnn.logit(p0, eps=1e-4) + (h @ p["head1"])[:, 0])
-    return p0, p1
+def init_params(key: jax.Array, features: int) -> list[jax.Array]:
+    """The network's weights (:func:`jax_aclnn.network.init`, float32)."""
+    return network.init(key, features, HIDDEN, BLOCKS)
 
 
 def loss_fn(params, x, y, dtype, axis_name: str | None = None):
-    """Smooth L1 loss of both predictions; with ``axis_name``, the mean over
-    the devices of that axis (equal shards: the global batch's mean)."""
-    p0, p1 = predict(params, x, dtype, axis_name)
-    y = y.astype(dtype)
-    loss = aclnn.smooth_l1_loss(p0, y, beta=0.1) + aclnn.smooth_l1_loss(p1, y, beta=0.1)
-    loss = loss.astype(jnp.float32)
+    """The network's loss on ``x`` in ``dtype`` (float32 weights cast to it);
+    with ``axis_name`` (inside ``shard_map``) the normalizations are
+    synchronized over that axis and the loss is the mean over its devices
+    (equal shards: the global batch's loss)."""
+    loss = network.loss(params, x.astype(dtype), y, axis_name=axis_name)
     return loss if axis_name is None else jax.lax.pmean(loss, axis_name)
 
 
@@ -183,8 +163,8 @@ def make_steps(optimizer: optax.GradientTransformation, dtype: Any, mesh: Mesh):
         return optax.apply_updates(params, updates), opt_state, losses
 
     def evaluate(params, x, y):
-        p0, p1 = predict(params, x, dtype)
-        return loss_fn(params, x, y, dtype), p1.astype(jnp.float32)
+        p = network.predict(params, x.astype(dtype))
+        return loss_fn(params, x, y, dtype), p.astype(jnp.float32)
 
     return jax.jit(train_step), jax.jit(jax.vmap(evaluate, in_axes=(0, None, None)))
 
@@ -340,7 +320,7 @@ def plot_history(history: list[tuple[float, float]], path: str) -> None:
     ax.plot(epochs, [h[0] for h in history], label="train")
     ax.plot(epochs, [h[1] for h in history], label="validation")
     ax.set_xlabel("epoch")
-    ax.set_ylabel("smooth L1 loss (two heads)")
+    ax.set_ylabel("loss")
     ax.set_yscale("log")
     ax.legend()
     ax.set_title("jax_aclnn train")
@@ -353,7 +333,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", metavar="FILE.csv", help=f"train on this comma-separated file instead of the diabetes data: a header row naming the columns; rows with missing values are dropped, text columns one-hot encoded (at most {MAX_CATEGORIES} values) or left out, all reported")
     p.add_argument("--target", metavar="COLUMN", help="the numeric CSV column to predict (with --data)")
     p.add_argument("--epochs", type=integer(1), default=30, help="training epochs (default: %(default)s)")
-    p.add_argument("--batch-size", type=integer(1), default=32, help="examples per step (default: %(default)s)")
+    p.add_argument("--batch-size", type=integer(MIN_BATCH, why="batch norm of one example gives the same output whatever the input, so nothing would train"), default=32, help=f"examples per step, at least {MIN_BATCH} (batch norm) (default: %(default)s)")
     p.add_argument("--devices", type=integer(1), default=1, help="data-parallel devices (on the CPU: host devices) sharing each global batch (default: %(default)s)")
     p.add_argument("--lr", type=positive_float, default=3e-3, help="Adam learning rate (default: %(default)s)")
     p.add_argument("--ensemble", type=integer(1), default=4, help="models trained from different seeds in one vmapped step (default: %(default)s)")

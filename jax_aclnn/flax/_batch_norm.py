@@ -13,6 +13,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from jax_aclnn import _compat
 from jax_aclnn.ops import batch_norm
 
 
@@ -103,5 +104,10 @@ def running_average(old: jax.Array, batch: jax.Array, momentum: float, dtype: An
     """Flax's update ``momentum * old + (1 - momentum) * batch``, the batch
     statistic (the biased variance, as Flax) first cast to ``dtype``
     (:func:`statistics_dtype`), whatever dtype ``jax_aclnn.batch_norm``
-    returned it in; the result dtype follows JAX's promotion, as Flax's."""
-    return momentum * old + (1 - momentum) * batch.astype(dtype)
+    returned it in; the result dtype follows JAX's promotion, as Flax's.
+    The batch statistic takes ``old``'s sharding (explicit mesh axes): with
+    the features sharded, the statistics of the batch are sharded as they,
+    while the variable keeps its own type (Flax's nnx layer refuses to
+    store the sharded update)."""
+    batch = _compat.reshard_like(batch.astype(dtype), jax.typeof(old))
+    return momentum * old + (1 - momentum) * batch

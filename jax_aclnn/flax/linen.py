@@ -47,17 +47,31 @@ class BatchNorm(nn.BatchNorm):
     two-pass formula (``use_fast_variance`` is accepted and ignored, the
     numbers differ by rounding only), and reductions run in float32 even
     with ``force_float32_reductions=False``.
-
-    Raises:
-      NotImplementedError: in training mode, a ``mask``, or
-        ``axis_index_groups`` with an ``axis_name``.
-      TypeError: in training mode, a dtype other than float32, float16 or
-        bfloat16 (e.g. float64).
     """
 
     @nn.compact
     def __call__(self, x, use_running_average: bool | None = None, *, mask: jax.Array | None = None):
-        """Normalizes ``x`` (any shape) and returns an array of the same shape."""
+        """Normalizes ``x`` (any shape) and returns an array of the same shape.
+
+        Args:
+          x: the input; its ``axis`` dimensions are the features.
+          use_running_average: inference mode (the running statistics) if
+            True, training mode if False; given here or as the field, once.
+          mask: Flax's mask of the elements the batch statistics count: not
+            supported in training mode; inference mode ignores it, as Flax.
+
+        Returns:
+          The normalized ``x`` in ``dtype`` (when None, the promoted dtype of
+          ``x``, ``scale`` and ``bias``).
+
+        Raises:
+          ValueError: ``use_running_average`` given both as the field and
+            here, or neither (Flax's ``merge_param``).
+          NotImplementedError: in training mode, a ``mask``, or
+            ``axis_index_groups`` with an ``axis_name``.
+          TypeError: in training mode, a dtype other than float32, float16 or
+            bfloat16 (e.g. float64).
+        """
         use_running_average = module.merge_param(
             "use_running_average", self.use_running_average, use_running_average
         )

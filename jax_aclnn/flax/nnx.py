@@ -39,17 +39,30 @@ class BatchNorm(nnx.BatchNorm):
     float32, float16 and bfloat16 are supported (half types computed in
     float32). The variance is always computed by the stable two-pass
     formula (``use_fast_variance`` is accepted and ignored).
-
-    Raises:
-      NotImplementedError: in training mode, a ``mask``, or
-        ``axis_index_groups`` with an ``axis_name``.
-      TypeError: in training mode, a dtype other than float32, float16 or
-        bfloat16 (e.g. float64).
-      ValueError: ``use_running_average`` is None both here and in the call.
     """
 
     def __call__(self, x, use_running_average: bool | None = None, *, mask: jax.Array | None = None):
-        """Normalizes ``x`` (any shape) and returns an array of the same shape."""
+        """Normalizes ``x`` (any shape) and returns an array of the same shape.
+
+        Args:
+          x: the input; its ``axis`` dimensions are the features.
+          use_running_average: inference mode (the running statistics) if
+            True, training mode if False; None: the attribute's.
+          mask: Flax's mask of the elements the batch statistics count: not
+            supported in training mode; inference mode ignores it, as Flax.
+
+        Returns:
+          The normalized ``x``, in the dtype ``promote_dtype`` gives ``x``,
+          the statistics, ``scale`` and ``bias`` (``dtype`` when given).
+
+        Raises:
+          ValueError: ``use_running_average`` is None both here and in the
+            constructor.
+          NotImplementedError: in training mode, a ``mask``, or
+            ``axis_index_groups`` with an ``axis_name``.
+          TypeError: in training mode, a dtype other than float32, float16 or
+            bfloat16 (e.g. float64).
+        """
         use_running_average = first_from(
             use_running_average, self.use_running_average,
             error_msg="No `use_running_average` argument was given to BatchNorm, "

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-from functools import partial
 from typing import Any
 
 import jax
@@ -16,20 +14,30 @@ from jax_aclnn._batching import batch_size, merged_shapes
 from jax_aclnn._compat import not_mapped
 from jax_aclnn._primitive import AclnnPrimitive
 
+
 def _wanted(input_g: bool, weight_g: bool, bias_g: bool) -> tuple[bool, ...]:
     return (input_g, input_g, weight_g, bias_g)
+
+
+def _output_dtypes(mean: Any, weight: Any, has_weight: bool) -> tuple[Any, ...]:
+    """The dtypes of sum_dy, sum_dy_xmu (mean's), grad_weight and grad_bias
+    (weight's, or mean's without one)."""
+    w = weight.dtype if has_weight else mean.dtype
+    return (mean.dtype, mean.dtype, w, w)
 
 
 class BatchNormReduceBackward(AclnnPrimitive):
     """Operands: grad_out, input (N, C, ...), mean, invstd, weight (C,).
 
     ``weight`` is a zero-sized placeholder when ``has_weight`` is False;
-    outputs whose mask flag is off are zero-sized placeholders. The (C,)
-    vectors share one dtype, the input's or float32 (float32 statistics with
-    a half-precision input, as ATen's ``batch_norm_backward_reduce`` takes
-    them); the outputs have the dtype of ``mean``. On the NPU platform a
-    bfloat16 ``grad_out``/``input`` is computed in float32 (CANN's operator
-    takes float32 and float16 only).
+    outputs whose mask flag is off are zero-sized placeholders. Each (C,)
+    vector is in the input's dtype, float32 or float16 (mixed precision:
+    float32 statistics and weight with a half-precision input, as CANN and
+    ATen's ``batch_norm_backward_reduce`` take them); ``sum_dy`` and
+    ``sum_dy_xmu`` have the dtype of ``mean``, ``grad_weight`` and
+    ``grad_bias`` that of ``weight`` (of ``mean`` without one), as ATen
+    gives them. On the NPU platform bfloat16 tensors are computed in float32
+    (CANN's operator takes float32 and float16 only).
     """
 
     name = "batch_norm_reduce_backward"
@@ -38,15 +46,15 @@ class BatchNormReduceBackward(AclnnPrimitive):
     multiple_results = True
     npu_float32_dtypes = (jnp.dtype(jnp.bfloat16),)
     self_adjoint = False  # sums: the transpose broadcasts
+
     attributes = {"has_weight": np.bool_, "input_g": np.bool_, "weight_g": np.bool_,
                   "bias_g": np.bool_}
 
     def abstract_eval(self, g, x, mean, invstd, weight, *, has_weight, input_g, weight_g, bias_g):
         channels = x.shape[1]
-        return [
-            ShapedArray((channels if w else 0,), mean.dtype)
-            for w in _wanted(input_g, weight_g, bias_g)
-        ]
+        return [ShapedArray((channels if w else 0,), dtype)
+                for w, dtype in zip(_wanted(input_g, weight_g, bias_g),
+                                    _output_dtypes(mean, weight, has_weight))]
 
     def reference(self, g, x, mean, invstd, weight, *, has_weight, input_g, weight_g, bias_g):
         axes = (0,) + tuple(range(2, x.ndim))
@@ -56,10 +64,9 @@ class BatchNormReduceBackward(AclnnPrimitive):
         sum_dy = gf.sum(axes)
         sum_dy_xmu = (gf * xmu).sum(axes)
         values = (sum_dy, sum_dy_xmu, sum_dy_xmu * invstd.astype(jnp.float32), sum_dy)
-        return [
-            v.astype(mean.dtype) if w else jnp.zeros((0,), mean.dtype)
-            for v, w in zip(values, _wanted(input_g, weight_g, bias_g))
-        ]
+        return [v.astype(dtype) if w else jnp.zeros((0,), dtype)
+                for v, w, dtype in zip(values, _wanted(input_g, weight_g, bias_g),
+                                       _output_dtypes(mean, weight, has_weight))]
 
     def transpose_reference(self, cts, others, shape, dtype, *, has_weight, input_g, weight_g,
                             bias_g):
@@ -108,35 +115,47 @@ class BatchNormReduceBackward(AclnnPrimitive):
         return self.bind(g.reshape(shape), x.reshape(shape), *vectors, **params)
 
     def batch(self, args, dims, **params):
-        # Fold the mapped axis into the channel axis: the example axis moves
-        # next to the channels, (N, B, C, ...) -> (N, B*C, ...), so one call
-        # computes every example's per-channel sums.
+        # Fold the mapped axis B into the channel axis, so that one call
+        # computes every example's per-channel sums: (N, C, ...) operands
+        # become (N, B*C, ...) and (C,) vectors (B*C,). Where the channel
+        # axis is sharded (explicit sharding) the channels stay the
+        # majormost part of the fold, (N, C*B, ...), as a reshape keeps a
+        # sharding only on a merged dimension's majormost part; a sharded
+        # batch axis is gathered first if both are.
         size = batch_size(args, dims)
-        g, x, mean, invstd, weight = args
-        gd, xd, md, sd, wd = dims
+        g, x, mean, invstd, weight = (
+            jnp.broadcast_to(a, (size,) + a.shape) if d is not_mapped else jnp.moveaxis(a, d, 0)
+            for a, d in zip(args, dims))
+        batch_spec, channel_spec = _compat.dim_specs(x)[0], _compat.dim_specs(x)[2]
+        if channel_spec is not None and batch_spec is not None:
+            g, x = (jax.sharding.reshard(a, jax.sharding.PartitionSpec(None, *_compat.dim_specs(a)[1:]))
+                    for a in (g, x))
+        channels_first = channel_spec is not None
 
-        def fold_data(a, d):
-            a = jnp.broadcast_to(a, (size,) + a.shape) if d is not_mapped else jnp.moveaxis(a, d, 0)
-            a = jnp.moveaxis(a, 0, 1)
-            return a.reshape((a.shape[0], size * a.shape[2]) + a.shape[3:])
+        def fold_data(a):
+            a = jnp.moveaxis(a, 0, 2) if channels_first else jnp.moveaxis(a, 0, 1)
+            spec = _compat.dim_specs(a)
+            return _compat.reshape(a, (a.shape[0], a.shape[1] * a.shape[2]) + a.shape[3:],
+                                   (spec[0], spec[1]) + spec[3:])
 
-        def fold_channels(a, d):
-            a = jnp.broadcast_to(a, (size,) + a.shape) if d is not_mapped else jnp.moveaxis(a, d, 0)
-            return a.reshape(-1)
+        def fold_channels(a):
+            a = a.T if channels_first else a
+            return _compat.reshape(a, (a.size,), (_compat.dim_specs(a)[0],))
 
-        outs = self.bind(
-            fold_data(g, gd),
-            fold_data(x, xd),
-            fold_channels(mean, md),
-            fold_channels(invstd, sd),
-            fold_channels(weight, wd) if params["has_weight"] else weight,  # placeholder
-            **params,
-        )
+        outs = self.bind(fold_data(g), fold_data(x), fold_channels(mean), fold_channels(invstd),
+                         fold_channels(weight) if params["has_weight"] else args[4],  # placeholder
+                         **params)
         result, out_dims = [], []
         for o in outs:
             if o.shape[0] == 0:
                 result.append(o)
                 out_dims.append(not_mapped)
+            elif channels_first:  # (C, B), the batch sharded again as it came
+                o = _compat.reshape(o, (o.size // size, size), (channel_spec, None))
+                if batch_spec is not None:
+                    o = jax.sharding.reshard(o, jax.sharding.PartitionSpec(channel_spec, batch_spec))
+                result.append(o)
+                out_dims.append(1)
             else:
                 result.append(o.reshape(size, -1))
                 out_dims.append(0)
@@ -163,26 +182,35 @@ def batch_norm_reduce_backward(
     other axis: ``sum_dy = sum(g)``, ``sum_dy_xmu = sum(g * (x - mean))``,
     ``grad_weight = sum_dy_xmu * invstd``, ``grad_bias = sum_dy``. These are
     sums, not means, as in ATen's ``batch_norm_backward_reduce``. Half-precision
-    inputs are accumulated in float32. On the NPU platform bfloat16 tensors
-    are cast to float32 before the call and the results back (CANN's
-    operator takes float32 and float16); the bundled host provider (the CPU)
-    takes bfloat16 directly.
+    inputs are accumulated in float32. Mixed precision as CANN takes it:
+    ``mean``, ``invstd`` and ``weight`` may each be float32 or float16
+    whatever the input's dtype (e.g. float16 ``grad_out``/``input`` with
+    float32 statistics and weight, PyTorch AMP's layout); they are read,
+    and the sums formed, in float32, never rounded through half precision.
+    On the NPU platform bfloat16 tensors are cast to float32 before the
+    call and the results back (CANN's operator takes float32 and float16);
+    the bundled host provider (the CPU) takes bfloat16 directly.
 
     Args:
       grad_out: gradient of the batch-norm output, shape ``(N, C, ...)``.
       input: the batch-norm input, same shape as ``grad_out``, rank >= 2,
         ``C >= 1`` (past rank 8, aclnn's limit, the dims after dim 1 are merged
         for the call).
-      mean: the per-channel mean used in the forward, shape ``(C,)``.
-      invstd: the per-channel ``1 / sqrt(var + eps)``, shape ``(C,)``.
-      weight: the scale, shape ``(C,)``, or None (ones).
+      mean: the per-channel mean used in the forward, shape ``(C,)``, in
+        the input's dtype, float32 or float16.
+      invstd: the per-channel ``1 / sqrt(var + eps)``, shape ``(C,)``, same
+        dtypes allowed.
+      weight: the scale, shape ``(C,)`` (same dtypes allowed), or None (ones).
       input_g: compute ``sum_dy`` and ``sum_dy_xmu``.
       weight_g: compute ``grad_weight``.
       bias_g: compute ``grad_bias``.
 
     Returns:
-      ``(sum_dy, sum_dy_xmu, grad_weight, grad_bias)``, each of shape ``(C,)``
-      in the input dtype, or None where its mask flag is False.
+      ``(sum_dy, sum_dy_xmu, grad_weight, grad_bias)``, each of shape
+      ``(C,)``, or None where its mask flag is False: ``sum_dy`` and
+      ``sum_dy_xmu`` in ``mean``'s dtype, ``grad_weight`` and ``grad_bias``
+      in ``weight``'s (``mean``'s when ``weight`` is None), as ATen's
+      ``batch_norm_backward_reduce`` gives them.
 
     Transformations: all (:mod:`jax_aclnn.ops`); linear in ``grad_out``,
     but not its own transpose: the transpose there (reverse mode)
@@ -191,230 +219,41 @@ def batch_norm_reduce_backward(
     operator).
 
     Raises:
-      TypeError: a tensor is not float32/float16/bfloat16, dtypes differ, or
-        a mask flag is not a bool.
+      TypeError: ``grad_out`` or ``input`` is not float32/float16/bfloat16
+        or their dtypes differ, ``mean``/``invstd``/``weight`` is in a
+        dtype other than the input's, float32 or float16, or a mask flag is
+        not a bool.
       ValueError: shapes break the rule above.
     """
     op = _op.name
     masks = {name: _checks.flag(op, name, value)
              for name, value in (("input_g", input_g), ("weight_g", weight_g), ("bias_g", bias_g))}
-    tensors = {"grad_out": grad_out, "input": input, "mean": mean, "invstd": invstd}
-    if weight is not None:
-        tensors["weight"] = weight
-    arrays = _checks.float_arrays(op, **tensors)
-    g, x, m, s = arrays[:4]
+    g, x = _checks.float_arrays(op, grad_out=grad_out, input=input)
+    vectors = {name: _checks.channel_vector(op, name, value, x.dtype)
+               for name, value in (("mean", mean), ("invstd", invstd), ("weight", weight))
+               if name != "weight" or value is not None}
     if x.ndim < 2:
         raise ValueError(f"{op}: input must have rank >= 2, got shape {x.shape}")
     _checks.same_shape(op, ("grad_out", "input"), (g, x))
     channels = x.shape[1]
     if channels < 1:
         raise ValueError(f"{op}: input needs C >= 1 channels (dim 1), got shape {x.shape}")
-    for name, a in zip(tensors, arrays):
-        if name in ("mean", "invstd", "weight") and a.shape != (channels,):
+    for name, a in vectors.items():
+        if a.shape != (channels,):
             raise ValueError(
                 f"{op}: {name} must have shape ({channels},) for input of shape "
                 f"{x.shape}; got {a.shape}"
             )
-    return reduce_backward(g, x, m, s, arrays[4] if weight is not None else None, **masks)
+    return reduce_backward(g, x, vectors["mean"], vectors["invstd"], vectors.get("weight"),
+                           **masks)
 
 
 def reduce_backward(g: jax.Array, x: jax.Array, mean: jax.Array, invstd: jax.Array,
                     weight: jax.Array | None, *, input_g: bool, weight_g: bool,
                     bias_g: bool) -> tuple[jax.Array | None, ...]:
-    """The operator on checked arrays, with None for the outputs not wanted.
-
-    Unlike the public function, the (C,) vectors may be float32 for a
-    half-precision ``g``/``x`` (the outputs are then float32):
-    :func:`batch_norm` keeps its statistics in float32.
-    """
+    """The operator on checked arrays, with None for the outputs not wanted."""
     w = weight if weight is not None else jnp.zeros((0,), mean.dtype)
     outs = _op.bind(g, x, mean, invstd, w, has_weight=weight is not None,
                     input_g=input_g, weight_g=weight_g, bias_g=bias_g)
     wanted = _wanted(input_g, weight_g, bias_g)
     return tuple(o if keep else None for o, keep in zip(outs, wanted))
-
-
-# --- the differentiable operator whose derivative runs it ----------
-
-
-def batch_norm(
-    x: Any,
-    weight: Any | None = None,
-    bias: Any | None = None,
-    *,
-    channel_axis: int = -1,
-    eps: float = 1e-5,
-    axis_name: Any | None = None,
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Training-mode batch normalization, through aclnnBatchNormReduceBackward.
-
-    Statistics run over every axis except ``channel_axis`` (biased variance):
-    ``y = (x - mean) / sqrt(var + eps) * weight + bias``. Any channel axis
-    works without transposes: the backward views ``x`` as ``(outer, C,
-    inner)``, which puts the channel at dim 1 for the aclnn operator (under
-    explicit sharding, where that view would merge a sharded dimension with
-    another, it moves the channel axis to dim 1 instead). Any rank works. With
-    ``axis_name`` the statistics and the backward sums run across that
-    mapped axis too (synchronized batch norm under ``shard_map``/``pmap``,
-    as PyTorch's SyncBatchNorm: ``sum_dy`` and ``sum_dy_xmu`` are
-    all-reduced between the aclnn reduction and the element-wise step).
-    Under ``shard_map`` the gradient of a ``weight``/``bias`` shared by the
-    devices is the global one, summed once; a per-device copy (``pmap``)
-    gets its local part, for the training step's own gradient all-reduce.
-
-    Args:
-      x: input of rank >= 2.
-      weight: scale of shape ``(C,)``, or None.
-      bias: shift of shape ``(C,)``, or None.
-      channel_axis: the channel axis of ``x``.
-      eps: added to the variance.
-      axis_name: a mapped axis name (or tuple) to synchronize over.
-
-    Returns:
-      ``(y, batch_mean, batch_var)``; ``y`` like ``x``, the statistics of
-      shape ``(C,)`` in float32 for float16/bfloat16 ``x`` (the statistics
-      stay float32 end to end, also in the backward, as in PyTorch's
-      SyncBatchNorm), carrying no gradient (for running averages).
-
-    Raises:
-      TypeError: unsupported or differing dtypes, ``channel_axis`` not an
-        integer, ``eps`` not a real number or traced.
-      ValueError: ``x`` of rank < 2, ``channel_axis`` out of range, ``eps``
-        negative, NaN or infinite, or weight/bias not of shape ``(C,)``.
-
-    Transformations: all (:mod:`jax_aclnn.ops`), in ``x``, ``weight`` and
-    ``bias``. Reverse mode: one aclnnBatchNormReduceBackward of the
-    cotangent (every result the parameters need), then XLA element-wise
-    code; forward mode: aclnnBatchNormReduceBackward of the tangent of
-    ``x`` (its per-channel sums), then XLA element-wise code.
-    """
-    op = "batch_norm"
-    channel_axis = _checks.integer(op, "channel_axis", channel_axis)
-    eps = _checks.real_number(op, "eps", eps)
-    if not 0 <= eps < math.inf:
-        raise ValueError(f"{op}: eps must be a finite number >= 0, got {eps}")
-    tensors = {"x": x}
-    if weight is not None:
-        tensors["weight"] = weight
-    if bias is not None:
-        tensors["bias"] = bias
-    arrays = dict(zip(tensors, _checks.float_arrays(op, **tensors)))
-    xa = arrays["x"]
-    if xa.ndim < 2:
-        raise ValueError(f"{op}: x must have rank >= 2, got shape {xa.shape}")
-    if not -xa.ndim <= channel_axis < xa.ndim:
-        raise ValueError(f"{op}: channel_axis {channel_axis} is out of range for shape {xa.shape}")
-    axis = channel_axis % xa.ndim
-    channels = xa.shape[axis]
-    for name in ("weight", "bias"):
-        if name in arrays and arrays[name].shape != (channels,):
-            raise ValueError(
-                f"{op}: {name} must have shape ({channels},) for x of shape {xa.shape} "
-                f"with channel_axis={channel_axis}; got {arrays[name].shape}"
-            )
-    if axis_name is not None:
-        _compat.repair_psum_batching()
-    return _batch_norm(
-        xa, arrays.get("weight"), arrays.get("bias"), axis, eps, axis_name
-    )
-
-
-def _bn_statistics(x, axis, axis_name):
-    """Mean and biased variance (float32, shape (C,)) and the element count per channel."""
-    axes = tuple(i for i in range(x.ndim) if i != axis)
-    xf = x.astype(jnp.float32)
-    count = math.prod(x.shape[i] for i in axes)
-    total = xf.sum(axes)
-    if axis_name is not None:
-        count = jax.lax.psum(count, axis_name)
-        total = jax.lax.psum(total, axis_name)
-    mean = total / count
-    centered = xf - _channel(mean, x.ndim, axis)
-    sq = (centered * centered).sum(axes)
-    if axis_name is not None:
-        sq = jax.lax.psum(sq, axis_name)
-    return mean, sq / count, count
-
-
-def _channel(v, ndim, axis):
-    """A (C,) vector shaped to broadcast along ``axis``."""
-    return v.reshape((1,) * axis + (-1,) + (1,) * (ndim - axis - 1))
-
-
-@partial(jax.custom_jvp, nondiff_argnums=(3, 4, 5))
-def _batch_norm(x, weight, bias, axis, eps, axis_name):
-    return _batch_norm_forward(x, weight, bias, axis, eps, axis_name)[0]
-
-
-def _batch_norm_forward(x, weight, bias, axis, eps, axis_name):
-    """The outputs, then mean and invstd (float32) and the count per channel."""
-    mean, var, count = _bn_statistics(x, axis, axis_name)
-    invstd = jax.lax.rsqrt(var + eps)
-    y = (x.astype(jnp.float32) - _channel(mean, x.ndim, axis)) * _channel(invstd, x.ndim, axis)
-    if weight is not None:
-        y = y * _channel(weight.astype(jnp.float32), x.ndim, axis)
-    if bias is not None:
-        y = y + _channel(bias.astype(jnp.float32), x.ndim, axis)
-    out = (y.astype(x.dtype), mean, var)
-    return out, mean, invstd, count
-
-
-@_batch_norm.defjvp
-def _batch_norm_jvp(axis, eps, axis_name, primals, tangents):
-    """``dy = scale * (dx - mean(dx) - xhat * mean(dx * xhat)) + dw * xhat + db``
-    (``scale = invstd * weight``, means per channel, over ``axis_name`` too).
-
-    Viewed as ``(outer, C, inner)``, the per-channel sums of ``dx`` are
-    aclnnBatchNormReduceBackward on ``dx``, and everything after ``scale *
-    dx`` is that operator's transpose in ``grad_out`` applied to per-channel
-    vectors, one per result (``sum_dy``, ``sum_dy_xmu``, ``grad_weight``,
-    ``grad_bias``). Reverse mode transposes the transpose back into one
-    aclnnBatchNormReduceBackward of the incoming gradient with every mask the
-    parameters need; the all-reduces of synchronized batch norm and the
-    summing of a shared parameter's gradient over the devices are the
-    transposes of the forward's ``psum`` and of JAX's own varying-axes casts.
-    The statistics carry no tangent.
-    """
-    x, weight, bias = primals
-    tx, tw, tb = tangents
-    out, mean, invstd, count = _batch_norm_forward(x, weight, bias, axis, eps, axis_name)
-    dtype = x.dtype
-    as3, back = _channel_view(x, axis)
-    x3 = as3(x)
-    # The statistics, the weight and so the sums stay float32 for
-    # half-precision x (the operator's outputs take mean's dtype).
-    w32 = None if weight is None else weight.astype(jnp.float32)
-    sums = reduce_backward(as3(tx), x3, mean, invstd, None,
-                           input_g=True, weight_g=False, bias_g=False)[:2]
-    if axis_name is not None:
-        sums = jax.lax.psum(sums, axis_name)
-    scale = invstd if weight is None else invstd * weight.astype(jnp.float32)
-    none = jnp.zeros((0,), jnp.float32)  # the operator's placeholder of an absent tensor
-    cts = [-scale * sums[0] / count,
-           -scale * invstd * invstd * sums[1] / count,
-           none if weight is None else tw.astype(jnp.float32),
-           none if bias is None else tb.astype(jnp.float32)]
-    rest = _op.transpose(
-        cts, [x3, mean, invstd, none if w32 is None else w32], ShapedArray(x3.shape, dtype),
-        has_weight=weight is not None, input_g=True, weight_g=weight is not None,
-        bias_g=bias is not None)
-    ty = as3(tx).astype(jnp.float32) * _channel(scale, x3.ndim, 1) + rest.astype(jnp.float32)
-    zero = jnp.zeros_like(out[1])
-    return out, (back(ty.astype(dtype)), zero, zero)
-
-
-def _channel_view(x, axis):
-    """Functions viewing arrays shaped like ``x`` with the channel ``axis``
-    at dim 1, as aclnnBatchNormReduceBackward takes them, and back.
-
-    A reshape to ``(outer, C, inner)`` (free), unless it would merge a
-    dimension sharded by ``x``'s type (explicit sharding) with another: then
-    the channel axis moves to dim 1 (a transpose) and the dimensions keep
-    their sharding.
-    """
-    sharded = _compat.sharded_dims(x)
-    merges = lambda dims: len(dims) > 1 and bool(sharded & set(dims))  # noqa: E731
-    if merges(range(axis)) or merges(range(axis + 1, x.ndim)):
-        return (lambda a: jnp.moveaxis(a, axis, 1)), (lambda a: jnp.moveaxis(a, 1, axis))
-    shape3 = (math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:]))
-    return (lambda a: a.reshape(shape3)), (lambda a: a.reshape(x.shape))

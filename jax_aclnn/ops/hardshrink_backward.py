@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.core import ShapedArray
 
-from jax_aclnn import _checks
+from jax_aclnn import _checks, network
 from jax_aclnn._batching import batch_broadcasting
 from jax_aclnn._primitive import AclnnPrimitive
 
@@ -51,8 +51,17 @@ def hardshrink_backward(grad_output: Any, input: Any, *, lambd: float = 0.5) -> 
     """Gradient of ``hardshrink`` with respect to its input (aclnnHardshrinkBackward).
 
     0 where ``|input| <= lambd``, else ``grad_output`` (so a NaN input passes
-    the gradient through), compared in float32. A negative (or NaN) ``lambd``
-    counts as 0. Same formula as ATen's ``hardshrink_backward``.
+    the gradient through). A negative (or NaN) ``lambd`` counts as 0.
+
+    The comparison is in float32, with ``lambd`` rounded to float32 (never
+    to a half-precision ``input``'s dtype), as CANN's HardShrinkGrad kernel
+    of the Atlas A2 training products does it: it casts float16 and
+    bfloat16 inputs to float32 and compares them with the float32 ``lambd``
+    of the operator's attribute. ATen's ``hardshrink_backward`` rounds
+    ``lambd`` to the tensor's dtype first, so the two differ only for a
+    half-precision ``|input|`` between ``lambd`` and its rounding (e.g.
+    float16 ``0.50048828125`` with ``lambd=0.5003``: ``grad_output`` here, 0
+    in ATen).
 
     Args:
       grad_output: the gradient of the forward output.
@@ -93,8 +102,16 @@ def hardshrink(x: Any, lambd: float = 0.5) -> jax.Array:
     docstring). In a Flax module call it on a layer's output, e.g.
     ``aclnn.hardshrink(nn.Dense(64)(x), 0.1)``.
 
+    Args:
+      x: the input (float32, float16 or bfloat16).
+      lambd: the shrinkage threshold; a negative (or NaN) one counts as 0.
+
+    Returns:
+      The shrunk ``x``, shape and dtype of ``x``.
+
     Raises:
-      TypeError: unsupported dtype, ``x`` is None.
+      TypeError: unsupported dtype, ``x`` is None, or ``lambd`` is not a
+        static real number.
       ValueError: ``lambd`` beyond float32's range (such as ``1e40``).
     """
     (xa,) = _checks.float_arrays("hardshrink", x=x)
@@ -110,3 +127,8 @@ def _hardshrink(x, lambd):
 def _hardshrink_jvp(lambd, primals, tangents):
     (x,), (t,) = primals, tangents
     return _hardshrink(x, lambd), hardshrink_backward(t, x, lambd=lambd)
+
+
+# An activation of the every-operator network (jax_aclnn.network).
+network.register("hardshrink", "activation", lambda h: hardshrink(h, 0.05),
+                  lambda h: _hardshrink.fun(h, 0.05))

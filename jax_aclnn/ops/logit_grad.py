@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.core import ShapedArray
 
-from jax_aclnn import _checks
+from jax_aclnn import _checks, network
 from jax_aclnn._batching import batch_same_shape
 from jax_aclnn._primitive import AclnnPrimitive
 
@@ -35,7 +35,8 @@ class LogitGrad(AclnnPrimitive):
         elif eps < 0:
             out = jnp.where((xf < 0) | (xf > 1), jnp.nan, value)
         else:
-            lo, hi = np.float32(eps), np.float32(1.0 - eps)
+            lo = np.float32(eps)
+            hi = np.float32(1.0) - lo  # in float32, as CANN's kernel and ATen
             out = jnp.where((xf < lo) | (xf > hi), 0.0, value)
         return out.astype(x.dtype)
 
@@ -51,9 +52,12 @@ def logit_grad(x: Any, dy: Any, *, eps: float = -1.0) -> jax.Array:
 
     ``dx = dy / (x * (1 - x))``. With ``eps < 0`` nothing is clamped: x
     outside [0, 1] gives NaN, x = 0 or 1 gives inf. With ``eps >= 0`` the
-    result is 0 where x is outside ``[eps, 1 - eps]`` (the clamp's gradient).
-    A NaN ``eps`` gives NaN everywhere (aclnn constraint). Same formula as
-    ATen's ``logit_backward``. Note the aclnn argument order: ``x`` first.
+    result is 0 where x is outside ``[eps, 1 - eps]`` (the clamp's gradient),
+    both bounds in float32: ``eps`` rounded to float32 and ``1 - eps``
+    computed in float32 from it (``1.0f - float(eps)``), as CANN's LogitGrad
+    kernel and ATen's ``logit_backward`` do. A NaN ``eps`` gives NaN
+    everywhere (aclnn constraint). Same formula as ATen's
+    ``logit_backward``. Note the aclnn argument order: ``x`` first.
 
     Args:
       x: the forward input.
@@ -87,8 +91,18 @@ def logit(x: Any, eps: float | None = None) -> jax.Array:
     eps]`` when ``eps`` is given), on the cotangent in reverse mode and on
     the tangent in forward mode. Transformations: all (:mod:`jax_aclnn.ops`).
 
+    Args:
+      x: probabilities (float32, float16 or bfloat16); without ``eps``, x
+        outside [0, 1] gives NaN and x = 0 or 1 gives -inf or inf.
+      eps: the clamping bound (rounded to float32, as the derivative's), or
+        None for no clamping.
+
+    Returns:
+      The logit, shape and dtype of ``x`` (half types computed in float32).
+
     Raises:
-      TypeError: unsupported dtype, ``x`` is None.
+      TypeError: unsupported dtype, ``x`` is None, or ``eps`` is neither None
+        nor a static real number.
     """
     (xa,) = _checks.float_arrays("logit", x=x)
     e = None if eps is None else _checks.real_number("logit", "eps", eps)
@@ -98,8 +112,9 @@ def logit(x: Any, eps: float | None = None) -> jax.Array:
 @partial(jax.custom_jvp, nondiff_argnums=(1,))
 def _logit(x, eps):
     z = x.astype(jnp.float32)
-    if eps is not None:
-        z = jnp.clip(z, eps, 1.0 - eps)
+    if eps is not None:  # the float32 bounds of the backward's clamp
+        lo = np.float32(eps)
+        z = jnp.clip(z, lo, np.float32(1.0) - lo)
     return jnp.log(z / (1.0 - z)).astype(x.dtype)
 
 
@@ -107,3 +122,9 @@ def _logit(x, eps):
 def _logit_jvp(eps, primals, tangents):
     (x,), (t,) = primals, tangents
     return _logit(x, eps), logit_grad(x, t, eps=-1.0 if eps is None else eps)
+
+
+# An activation of the every-operator network (jax_aclnn.network): the
+# logit of a sigmoid, clamped.
+network.register("logit", "activation", lambda h: logit(jax.nn.sigmoid(h), 1e-4),
+                  lambda h: _logit.fun(jax.nn.sigmoid(h), 1e-4))

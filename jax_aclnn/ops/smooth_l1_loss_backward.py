@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.core import ShapedArray
 
-from jax_aclnn import _checks
+from jax_aclnn import _checks, network
 from jax_aclnn._batching import batch_broadcasting
 from jax_aclnn._compat import not_mapped
 from jax_aclnn._primitive import AclnnPrimitive
@@ -74,9 +74,13 @@ def rescale_mean(g: Any, count: int, wanted: int) -> Any:
     The ratio is applied to ``grad_out`` (not 1 / wanted to a "sum") so that
     float16 does not underflow.
     """
-    if count == wanted or wanted == 0:
-        return g
-    return (g.astype(jnp.float32) * np.float32(count / wanted)).astype(g.dtype)
+    if isinstance(count, int) and isinstance(wanted, int):
+        if count == wanted or wanted == 0:
+            return g
+        ratio = np.float32(count / wanted)
+    else:  # symbolic sizes (jax.export): the ratio is computed in the program
+        ratio = jnp.asarray(count, jnp.float32) / jnp.maximum(jnp.asarray(wanted, jnp.float32), 1)
+    return (g.astype(jnp.float32) * ratio).astype(g.dtype)
 
 
 _op = SmoothL1LossBackward()
@@ -152,17 +156,23 @@ def smooth_l1_loss(
     ``optax.huber_loss(input, target, delta=beta).mean() / beta`` for
     ``"mean"`` (``.sum()`` for ``"sum"``, elementwise for ``"none"``).
 
+    ``input`` and ``target`` follow JAX's type promotion, as jax.numpy
+    functions and ``optax.huber_loss`` do: bfloat16 predictions with a
+    float32 target give a float32 loss (and each gradient in its argument's
+    dtype); a Python scalar target takes the predictions' dtype.
+
     Args:
-      input: predictions.
-      target: targets.
+      input: predictions (float32, float16 or bfloat16).
+      target: targets (same dtypes; promoted together with ``input``).
       reduction: ``"none"``, ``"mean"`` or ``"sum"`` (or 0, 1, 2).
       beta: the L1/L2 switch point, >= 0.
 
     Returns:
-      The loss: a scalar for ``"mean"``/``"sum"``, else the broadcast shape.
+      The loss in the promoted dtype, a scalar for ``"mean"``/``"sum"``,
+      else of the broadcast shape.
 
     Raises:
-      TypeError: unsupported or differing dtypes, a tensor that is None.
+      TypeError: an unsupported dtype, a tensor that is None.
       ValueError: shapes do not broadcast, ``beta < 0`` or beyond float32's
         range, unknown reduction.
 
@@ -172,7 +182,7 @@ def smooth_l1_loss(
     t_target``, summed for ``"mean"``/``"sum"``.
     """
     op = "smooth_l1_loss"
-    x, y = _checks.float_arrays(op, input=input, target=target)
+    x, y = _checks.float_arrays(op, input=input, target=target, promote=True)
     _checks.broadcast_shape(op, ("input", "target"), (x, y))
     beta = _checks.float32_number(op, "beta", beta)
     if not beta >= 0:
@@ -208,3 +218,8 @@ def _smooth_l1_loss_jvp(reduction, beta, primals, tangents):
         dloss = _op.transpose(
             [t], [xb, y], ShapedArray((), x.dtype), reduction=reduction, beta=beta)
     return _smooth_l1_loss(x, y, reduction, beta), dloss
+
+
+# The loss of the every-operator network (jax_aclnn.network).
+network.register("smooth_l1_loss", "loss", lambda p, y: smooth_l1_loss(p, y, beta=0.1),
+                  lambda p, y: _smooth_l1_loss.fun(p, y, REDUCTIONS["mean"], 0.1))

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.core import ShapedArray
 
-from jax_aclnn import _checks
+from jax_aclnn import _checks, network
 from jax_aclnn._batching import batch_same_shape
 from jax_aclnn._primitive import AclnnPrimitive
 
@@ -86,8 +86,17 @@ def swish(x: Any, beta: float = 1.0) -> jax.Array:
     ``aclnn.swish(nn.Dense(64)(x), 1.5)`` (linen) or
     ``aclnn.swish(self.linear(x))`` (nnx).
 
+    Args:
+      x: the input (float32, float16 or bfloat16).
+      beta: the slope.
+
+    Returns:
+      ``x * sigmoid(beta * x)``, shape and dtype of ``x`` (half types
+      computed in float32).
+
     Raises:
-      TypeError: unsupported dtype, ``x`` is None.
+      TypeError: unsupported dtype, ``x`` is None, or ``beta`` is not a
+        static real number.
       ValueError: ``beta`` beyond float32's range (such as ``1e40``).
     """
     (xa,) = _checks.float_arrays("swish", x=x)
@@ -98,8 +107,19 @@ def silu(x: Any) -> jax.Array:
     """``x * sigmoid(x)`` (``torch.nn.functional.silu``, ``flax.linen.silu``):
     ``swish(x, 1.0)``, with its transformations (aclnnSwishBackward in both
     directions). In a Flax module: ``aclnn.silu(nn.Dense(64)(x))``.
+
+    Args:
+      x: the input (float32, float16 or bfloat16).
+
+    Returns:
+      ``x * sigmoid(x)``, shape and dtype of ``x`` (half types computed in
+      float32).
+
+    Raises:
+      TypeError: unsupported dtype, ``x`` is None.
     """
-    return swish(x, 1.0)
+    (xa,) = _checks.float_arrays("silu", x=x)
+    return _swish(xa, 1.0)
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(1,))
@@ -112,3 +132,7 @@ def _swish(x, beta):
 def _swish_jvp(beta, primals, tangents):
     (x,), (t,) = primals, tangents
     return _swish(x, beta), swish_backward(t, x, beta=beta)
+
+
+# An activation of the every-operator network (jax_aclnn.network).
+network.register("swish", "activation", lambda h: swish(h, 1.0), lambda h: _swish.fun(h, 1.0))
