@@ -49,6 +49,35 @@ def assert_close(actual, expected, dtype, scale: float = 1.0) -> None:
     np.testing.assert_allclose(actual, expected, rtol=tol, atol=tol, equal_nan=True)
 
 
+#: The test files of every operator (they iterate the operator lists and the
+#: shared table) and of the build, layout and documentation: ``pytest -m
+#: operators`` runs them, the check of docs/adding-an-operator.md.
+OPERATOR_TESTS = {
+    "test_adding_an_operator.py", "test_build.py", "test_docs.py", "test_errors.py",
+    "test_forward_ops.py", "test_host_provider_abi.py", "test_layout.py", "test_memory.py",
+    "test_npu_runtime.py", "test_ops.py", "test_platforms.py", "test_programs.py",
+    "test_provider_fuzz.py", "test_sharding.py", "test_sharding_matrix.py",
+    "test_training_dtypes.py", "test_transformations.py", "test_vmap.py",
+}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "operators: a test of every operator, or of the build, "
+                                       "layout and docs (docs/adding-an-operator.md's check)")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.path.name in OPERATOR_TESTS:
+            item.add_marker(pytest.mark.operators)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--sharding-matrix", choices=("fast", "full"), default="fast",
+                     help="tests/test_sharding_matrix.py: its named fast subset (the "
+                          "default) or the whole matrix")
+
+
 #: Environment variable overriding every test's seed (to replay or vary runs).
 SEED_ENV = "JAX_ACLNN_TEST_SEED"
 

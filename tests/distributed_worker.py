@@ -43,8 +43,8 @@ def train_steps(mesh, put_batch: Callable[[np.ndarray], object]) -> dict[str, np
                                    put_batch(data.y_train[rows]))
         losses.append(np.asarray(loss.addressable_data(0)))
     out = {"losses": np.stack(losses)}
-    for name, value in params.items():
-        out[name] = np.asarray(value.addressable_data(0))
+    for i, value in enumerate(params):
+        out[f"w{i}"] = np.asarray(value.addressable_data(0))
     return out
 
 

@@ -9,9 +9,8 @@ from dataclasses import dataclass, field
 import jax.numpy as jnp
 import numpy as np
 
-from cases import OPERATORS
-from jax_aclnn import _loading
-from jax_aclnn.ops import primitive
+from jax_aclnn import _loading, _prototype
+from jax_aclnn._loading import _aclnn_ffi
 
 ACLNN_SUCCESS = 0
 ACLNN_ERR_PARAM_NULLPTR = 161001
@@ -35,16 +34,17 @@ _SIGNATURES = {
     "aclDestroyAclOpExecutor": (ctypes.c_int32, [_p]),
     "aclSetInputTensorAddr": (ctypes.c_int32, [_p, ctypes.c_size_t, _p, _p]),
     "aclSetOutputTensorAddr": (ctypes.c_int32, [_p, ctypes.c_size_t, _p, _p]),
-    "aclnnSmoothL1LossBackwardGetWorkspaceSize": (
-        ctypes.c_int32, [_p, _p, _p, ctypes.c_int64, ctypes.c_float, _p, _u64p, _p]),
-    "aclnnLogitGradGetWorkspaceSize": (ctypes.c_int32, [_p, _p, ctypes.c_double, _p, _u64p, _p]),
-    "aclnnHardshrinkBackwardGetWorkspaceSize": (ctypes.c_int32, [_p, _p, _p, _p, _u64p, _p]),
-    "aclnnSwishBackwardGetWorkspaceSize": (ctypes.c_int32, [_p, _p, _p, _p, _u64p, _p]),
-    "aclnnBatchNormReduceBackwardGetWorkspaceSize": (
-        ctypes.c_int32, [_p] * 5 + [ctypes.c_bool] * 3 + [_p] * 4 + [_u64p, _p]),
 }
-for _name in OPERATORS:  # aclnnXxx(workspace, size, executor, stream)
-    _SIGNATURES[primitive(_name).aclnn_name] = (ctypes.c_int32, [_p, ctypes.c_uint64, _p, _p])
+#: The ctypes type of each kind of first-phase parameter (jax_aclnn._prototype).
+_CTYPES = {"bool": ctypes.c_bool, "int64": ctypes.c_int64, "double": ctypes.c_double,
+           "float": ctypes.c_float, "string": ctypes.c_char_p}
+for _name, _text in _aclnn_ffi.operator_prototypes().items():
+    # the first phase from the operator list's prototype, then workspaceSize
+    # and executor; the second phase is aclnnXxx(workspace, size, executor, stream)
+    _proto = _prototype.parse(_text)
+    _SIGNATURES[_proto.first_phase] = (
+        ctypes.c_int32, [_CTYPES.get(p.kind, _p) for p in _proto.parameters] + [_u64p, _p])
+    _SIGNATURES[_proto.name] = (ctypes.c_int32, [_p, ctypes.c_uint64, _p, _p])
 
 
 def load() -> ctypes.CDLL:

@@ -30,6 +30,32 @@ def test_help(command):
     assert "usage:" in run(*command, "--help")
 
 
+def test_bench_help_documents_the_modes():
+    out = run("bench", "--help")
+    assert "--modes" in out and "realistic" in out and "training process" in out
+
+
+def test_bench_reports_a_failing_realistic_process(tmp_path, monkeypatch, capsys):
+    from jax_aclnn.__main__ import main
+
+    child = tmp_path / "python"
+    child.write_text("#!/bin/sh\necho 'child: no memory today' >&2\nexit 1\n")
+    child.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(child))
+    assert main(["bench", "--ops", "logit_grad", "--sizes", "1K", "--dtypes", "float32", "--repeats", "1",
+                 "--reuse-repeats", "0", "--step-repeats", "0", "--quiet"]) == 2
+    assert capsys.readouterr().err.endswith(
+        "bench: error: the realistic mode's measuring process failed: child: no memory today\n")
+
+
+def test_bench_clean_mode_alone(tmp_path):
+    import json
+
+    run("bench", "--ops", "logit_grad", "--sizes", "1K", "--dtypes", "float32", "--modes", "clean",
+        "--repeats", "2", "--reuse-repeats", "0", "--step-repeats", "0", "--quiet", "--out", str(tmp_path))
+    assert [r["mode"] for r in json.loads((tmp_path / "bench.json").read_text())["rows"]] == ["clean"]
+
+
 def test_train_loss_falls_and_reports_the_provider(tmp_path):
     png = tmp_path / "loss.png"
     out = run("train", "--epochs", "3", "--ensemble", "2", "--quiet", "--plot", str(png))
@@ -115,6 +141,45 @@ def test_csv_rules(tmp_path):
                            "dropped 3 of 6 rows with missing values"]
 
 
+def test_csv_numbers_are_written_as_in_a_csv_file(tmp_path):
+    """Regression (issue 28): cells were numbers if Python's float() took
+    them, so digit groups ("1_000") and other scripts' digits were read as
+    numbers, which no spreadsheet or CSV reader does. They are text now, and
+    a column of grouped numbers is reported with the number to write."""
+    from jax_aclnn.cli.csv_data import read_regression_csv
+
+    path = tmp_path / "grouped.csv"
+    rows = [(f"{i}_000", f"\u0661{i}", f"{i}", f" {i}e1 ", f"{i % 3}") for i in range(1, 21)]
+    path.write_text("grouped,arabic,plain,blanks,y\n" + "".join(",".join(r) + "\n" for r in rows),
+                    encoding="utf-8")
+    table = read_regression_csv(str(path), "y")
+    assert table.features == ["plain", "blanks"]
+    np.testing.assert_array_equal(table.x, [[i, 10 * i] for i in range(1, 21)])
+    assert table.notes == [
+        "left out column 'grouped': not numeric ('1_000' on line 2) and 20 distinct values "
+        "(one-hot encoding takes at most 10); '1_000' is a number with grouped digits: to use it "
+        "as one, write 1000",
+        "left out column 'arabic': not numeric ('\u06611' on line 2) and 20 distinct values "
+        "(one-hot encoding takes at most 10)",
+    ]
+
+
+def test_csv_values_of_any_length(tmp_path):
+    """Regression (issue 28): a value longer than the csv module's 131,072
+    characters stopped the reader with "save it as a UTF-8 CSV" (the file
+    was one); now it is read as any other, and messages show its start."""
+    from jax_aclnn.cli.csv_data import read_regression_csv
+
+    path = tmp_path / "long.csv"
+    long = "x" * 200_000
+    path.write_text("a,notes,y\n" + "".join(f"{i},{long if i == 1 else f'note {i}'},{i % 3}\n"
+                                            for i in range(1, 21)))
+    table = read_regression_csv(str(path), "y")
+    assert table.features == ["a"] and table.x[:, 0].tolist() == list(range(1, 21))
+    assert table.notes == [f"left out column 'notes': not numeric ('{'x' * 37}...' on line 2) and "
+                           "20 distinct values (one-hot encoding takes at most 10)"]
+
+
 def test_info():
     out = run("info")
     assert "platforms with aclnn handlers" in out and "cpu" in out
@@ -150,9 +215,12 @@ def test_bench_small_run_writes_its_results(tmp_path):
     out = run("bench", "--ops", "hardshrink_backward,batch_norm_reduce_backward", "--sizes", "1K",
               "--dtypes", "float32,bfloat16", "--repeats", "2", "--reuse-repeats", "2",
               "--step-repeats", "0", "--quiet", "--out", str(tmp_path))
-    assert "memory copy bandwidth" in out and "executor reuse" in out
+    assert "memory copy bandwidth" in out and "executor reuse" in out and "realistic" in out
     result = json.loads((tmp_path / "bench.json").read_text())
-    assert len(result["rows"]) == 4 and all(r["vs_xla"] > 0 for r in result["rows"])
+    rows = result["rows"]
+    assert len(rows) == 8 and all(r["vs_xla"] > 0 for r in rows)
+    assert sorted(r["mode"] for r in rows) == ["clean"] * 4 + ["realistic"] * 4  # both by default
+    assert all(r["aclnn_min_s"] <= r["aclnn_s"] <= r["aclnn_max_s"] for r in rows)
     step = result["executor_reuse"]["training step, batch 32"]
     assert step["aclnn_calls"] > 0 and step["workspace_queries_with_reuse"] == 0
     assert (tmp_path / "bench.png").stat().st_size > 1000
@@ -164,9 +232,9 @@ def test_bench_compares_the_custom_call_with_the_pure_jax_reference(op):
     call), its "aclnn" column the custom call, whichever is compiled first."""
     import numpy as np
 
-    from jax_aclnn.cli import bench
+    from jax_aclnn.cli import bench_cases
 
-    ours, xla, _, args, _ = bench.make_case(op, 1024, np.float32, 16, np.random.default_rng(0))
+    ours, xla, _, args, _ = bench_cases.make_case(op, 1024, np.float32, 16, np.random.default_rng(0))
     assert "aclnn_" not in xla.as_text()
     assert f"aclnn_{op}" in ours.lower(*args).as_text()
 
@@ -179,15 +247,15 @@ def test_bench_measures_an_operator_without_a_case(monkeypatch):
 
     import torch
 
-    from jax_aclnn.cli import bench
+    from jax_aclnn.cli import bench_cases
 
-    monkeypatch.setattr(bench, "torch", torch)
-    monkeypatch.delitem(bench.ELEMENTWISE, "hardshrink_backward")
-    row = bench.measure("hardshrink_backward", 1024, np.float32,
+    monkeypatch.setattr(bench_cases, "torch", torch)
+    monkeypatch.delitem(bench_cases.ELEMENTWISE, "hardshrink_backward")
+    row = bench_cases.measure("hardshrink_backward", 1024, np.float32,
                         argparse.Namespace(repeats=2, bn_channels=16), np.random.default_rng(0))
     assert row["vs_xla"] > 0 and "vs_torch" not in row
     assert row["bytes"] == 3 * 1024 * 4  # two full-size operands and the result
-    assert bench.case_bytes("hardshrink_backward", 1024) > 0
+    assert bench_cases.case_bytes("hardshrink_backward", 1024) > 0
 
 
 def test_train_data_parallel_matches_one_device():

@@ -50,6 +50,9 @@ def test_two_processes_agree_with_one(tmp_path):
     for i in range(PROCESSES):
         got = np.load(tmp_path / f"{i}.npz")
         assert sorted(got.files) == sorted(expected)
+        # The all-reduces of two processes sum in another order than one's:
+        # Adam's normalized step (lr 1e-2 per element) turns a near-zero
+        # gradient's last bits into up to a few percent of one step.
         for name, value in expected.items():
-            np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+            np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=3e-4, err_msg=name)
     assert expected["losses"][-1].mean() < expected["losses"][0].mean()  # it trained

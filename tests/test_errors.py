@@ -3,13 +3,18 @@ aclnnStatus reaches Python with its code and message."""
 
 from __future__ import annotations
 
+import inspect
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import jax_aclnn as aclnn
+from cases import OPERATORS, of
 from conftest import enable_x64
+from jax_aclnn.ops import primitive
 
 F = np.ones((2, 3), np.float32)
 
@@ -163,8 +168,9 @@ def test_python_scalars_take_the_dtype_of_the_arrays(dtype):
     assert aclnn.hardshrink_backward(1.0, x).dtype == x.dtype
     assert jax.jit(lambda t: aclnn.smooth_l1_loss_backward(t * 2, x, t))(0.5).dtype == x.dtype
     assert aclnn.swish_backward(1.0, 2.0).dtype == jnp.float32  # only Python scalars: float32
-    with pytest.raises(TypeError, match="share one dtype"):  # arrays still must agree
-        aclnn.smooth_l1_loss(x, jnp.zeros(6, jnp.float32 if dtype != "float32" else jnp.float16))
+    with pytest.raises(TypeError, match="share one dtype"):  # an operator's arrays must agree
+        aclnn.smooth_l1_loss_backward(1.0, x, jnp.zeros(6, jnp.float32 if dtype != "float32"
+                                                        else jnp.float16))
 
 
 def test_python_scalars_with_half_arrays_under_x64():
@@ -177,3 +183,68 @@ def test_python_scalars_with_half_arrays_under_x64():
         assert aclnn.hardshrink_backward(1.0, x).dtype == jnp.bfloat16
         with pytest.raises(TypeError, match="float64"):
             aclnn.smooth_l1_loss(x, jnp.zeros(6))  # a float64 array is not weak
+
+
+# --- every public function, from its signature -------------------------------------------
+
+#: The operators' public functions: the raw operators and the differentiable ops.
+FUNCTIONS = {name: getattr(aclnn, name) for name in aclnn.ops.__all__}
+
+
+def tensor_parameters(fn) -> list[str]:
+    """A public function's required tensor arguments: its positional
+    parameters without a default that do not take None (a ``weight`` of
+    ``Any | None`` does, ``eps=None`` has a default)."""
+    return [p.name for p in inspect.signature(fn).parameters.values()
+            if p.kind == p.POSITIONAL_OR_KEYWORD and p.default is p.empty
+            and "None" not in str(p.annotation)]
+
+
+TENSOR_ARGUMENTS = [(name, i) for name, fn in sorted(FUNCTIONS.items())
+                    for i in range(len(tensor_parameters(fn)))]
+
+
+def well_formed(name):
+    """Operands of ``name`` that pass its checks: its table case's, or ones."""
+    cases = of(name) if name in OPERATORS else []
+    n = len(tensor_parameters(FUNCTIONS[name]))
+    return [np.asarray(a) for a in cases[0].operands(np.random.default_rng(0))] if cases \
+        else [np.full((4, 3), 0.5, np.float32)] * n
+
+
+@pytest.mark.parametrize("name,index", TENSOR_ARGUMENTS)
+def test_none_as_a_tensor_is_a_type_error_naming_function_and_argument(name, index):
+    args = well_formed(name)
+    args[index] = None
+    argument = tensor_parameters(FUNCTIONS[name])[index]
+    with pytest.raises(TypeError, match=rf"^{name}: {argument} must be an array, got None"):
+        FUNCTIONS[name](*args)
+
+
+@pytest.mark.parametrize("bad", [np.int32, np.float64])
+@pytest.mark.parametrize("name,index", TENSOR_ARGUMENTS)
+def test_an_unsupported_dtype_is_a_type_error_naming_the_argument(name, index, bad):
+    args = well_formed(name)
+    args[index] = args[index].astype(bad)
+    argument = tensor_parameters(FUNCTIONS[name])[index]
+    with pytest.raises(TypeError, match=rf"^{name}: {argument} has dtype {np.dtype(bad)}"):
+        FUNCTIONS[name](*args)
+
+
+#: The float32 attributes of the operators (their primitives' schemas), by name.
+FLOAT32_NAMES = {a for op in OPERATORS for a, kind in primitive(op).attributes.items()
+                 if kind is np.float32}
+FLOAT32_ATTRIBUTES = [(name, a) for name, fn in sorted(FUNCTIONS.items())
+                      for a in inspect.signature(fn).parameters if a in FLOAT32_NAMES]
+
+
+@pytest.mark.parametrize("value", [1e40, -1e40])
+@pytest.mark.parametrize("name,attribute", FLOAT32_ATTRIBUTES)
+def test_float32_attribute_beyond_float32_is_a_value_error_without_warnings(name, attribute,
+                                                                           value):
+    args = well_formed(name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=rf"^{name}: {attribute}=.*beyond float32's range"):
+            FUNCTIONS[name](*args, **{attribute: value})
+        FUNCTIONS[name](*args, **{attribute: float(np.finfo(np.float32).max)})  # the largest is taken

@@ -250,6 +250,33 @@ def test_synchronized_statistics_match_flax(flavour, rng):
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)
+def test_gh27_channel_sharded_parameter_gradients_match_flax(flavour, rng):
+    """Regression (issue 27): on an explicit mesh sharding the features
+    (tensor parallelism), the scale and bias gradients came back typed
+    ``[C@c]`` for replicated parameters (a ValueError in jax.grad)."""
+    mesh = jax.make_mesh((2,), ("c",), axis_types=(jax.sharding.AxisType.Explicit,))
+    _, our_cls, make = FLAVOURS[flavour]
+    x0 = jnp.asarray(rng.normal(size=(8, 4, 6)), jnp.float32)
+    weights = jnp.asarray(rng.normal(size=x0.shape), jnp.float32)
+
+    def run(cls, make):
+        layer = make(cls, x0)
+        loss = lambda p, x: (layer.apply(p, layer.stats, x, True)[0] * weights).sum()  # noqa: E731
+        with jax.set_mesh(mesh):
+            x = jax.device_put(x0, jax.sharding.NamedSharding(mesh, P(None, None, "c")))
+            grads = jax.jit(jax.grad(loss, argnums=(0, 1)))(layer.params, x)
+        return grads, [str(jax.typeof(g)) for g in jax.tree.leaves(grads)]
+
+    # Flax's linen layer is the oracle of both (Flax's nnx layer cannot store
+    # the channel-sharded running statistics in its replicated variables).
+    (g_ref, _), (g, types) = run(nn.BatchNorm, linen_layer), run(our_cls, make)
+    # Each gradient has its argument's type, as with jax.numpy formulas
+    # (Flax's linen layer returns the parameters' gradients channel-sharded).
+    assert types == ["float32[6]"] * (len(types) - 1) + ["float32[8,4,6@c]"]
+    assert_tree_close(g, g_ref, "float32", terms=32)
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
 def test_unsupported_options_raise(flavour):
     _, our_cls, make = FLAVOURS[flavour]
     x = jnp.ones((4, 3))
@@ -289,6 +316,23 @@ def test_flax_example_trains(api):
     before, after = map(float, re.findall(r"validation loss \w+ training ([0-9.]+)", out))
     assert len(losses) == 2 and losses[1] < 0.8 * losses[0], out
     assert after < 0.8 * before, out
+
+
+@pytest.mark.parametrize("api", ["linen", "nnx"])
+def test_flax_example_in_mixed_precision_equals_flax_own_layers(api):
+    """Issue 28: bfloat16 activations with float32 parameters (Flax's
+    ``dtype=bfloat16, param_dtype=float32``) through the drop-in BatchNorm
+    and the other four operators train, and follow the same model with
+    Flax's own layers and jax.numpy formulas within bfloat16's precision."""
+    def losses(layers):
+        out = run_python(str(ROOT / "examples" / "train_flax.py"), "--api", api, "--steps", "30",
+                         "--log-every", "5", "--dtype", "bfloat16", "--layers", layers)
+        return [float(v) for v in re.findall(r"(?:train|validation) loss [a-z ]*?([0-9.]+)", out)]
+
+    ours, flax_own = losses("aclnn"), losses("flax")
+    assert len(ours) == len(flax_own) == 9  # validation before, 7 train losses, validation after
+    np.testing.assert_allclose(ours, flax_own, rtol=2 * 2.0 ** -8)  # two bfloat16 roundings
+    assert ours[-2] < 0.7 * ours[1] and ours[-1] < 0.8 * ours[0]
 
 
 @pytest.mark.parametrize("beta", [0.25, 1.0, 3.0])

@@ -1,7 +1,9 @@
-"""The five aclnn operators against independent oracles: PyTorch's CPU ATen
+"""The aclnn operators against independent oracles: PyTorch's CPU ATen
 kernels and float64 NumPy formulas, on the values the kernel sees."""
 
 from __future__ import annotations
+
+import contextlib
 
 import jax
 import jax.numpy as jnp
@@ -10,7 +12,7 @@ import pytest
 import torch
 
 import jax_aclnn as aclnn
-from cases import bn_reduce_numpy, logit_grad_numpy, smooth_l1_numpy, swish_grad_numpy
+from cases import ORACLES
 from conftest import DTYPES, as_dtype, assert_close, f64
 
 T = torch.from_numpy
@@ -31,7 +33,7 @@ def test_smooth_l1_loss_backward(rng, dtype, reduction, beta):
         g, x, y, reduction=reduction, beta=beta
     )
     assert out.dtype == x.dtype and out.shape == shape
-    assert_close(out, smooth_l1_numpy(f64(g), f64(x), f64(y), reduction, beta), dtype)
+    assert_close(out, ORACLES["smooth_l1_loss_backward"](g, x, y, reduction=reduction, beta=beta), dtype)
     code = {"none": 0, "mean": 1, "sum": 2}[reduction]
     ref = torch.ops.aten.smooth_l1_loss_backward(T(f64(g)), T(f64(x)), T(f64(y)), code, beta)
     if beta > 0:  # ATen's beta == 0 branch differs only at d == 0 (sign(0))
@@ -45,7 +47,7 @@ def test_smooth_l1_loss_backward_broadcast(rng, dtype):
     g = as_dtype(rng.normal(size=(6,)), dtype)
     out = aclnn.smooth_l1_loss_backward(g, x, y, reduction="none", beta=0.7)
     assert out.shape == (4, 5, 6)
-    assert_close(out, smooth_l1_numpy(f64(g), f64(x), f64(y), "none", 0.7), dtype)
+    assert_close(out, ORACLES["smooth_l1_loss_backward"](g, x, y, reduction="none", beta=0.7), dtype)
 
 
 def test_smooth_l1_loss_backward_integer_reduction_and_edges():
@@ -67,7 +69,7 @@ def test_logit_grad(rng, dtype, eps):
     dy = as_dtype(rng.normal(size=(6, 50)), dtype)
     out = jax.jit(aclnn.logit_grad, static_argnames="eps")(x, dy, eps=eps)
     assert out.dtype == x.dtype
-    assert_close(out, logit_grad_numpy(f64(x), f64(dy), eps), dtype)
+    assert_close(out, ORACLES["logit_grad"](f64(x), f64(dy), eps=eps), dtype)
     ref = torch.ops.aten.logit_backward(T(f64(dy)), T(f64(x)), None if eps < 0 else eps)
     # bounds compared in float32 by the kernel, in float64 by ATen: skip the
     # elements sitting on a bound
@@ -98,6 +100,22 @@ def test_logit_grad_eps_nan_writes_one_nan_everywhere():
     np.testing.assert_array_equal(out.view(np.uint32), np.full(6, 0x7fc00000, np.uint32))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_logit_grad_upper_bound_is_computed_in_float32(dtype):
+    """Regression (issue 28, item 4): the upper bound was float32(1.0 - eps)
+    computed in double; CANN's kernel and ATen take 1.0f - float32(eps)."""
+    eps = 0.45637778863886086
+    x = np.array([0.54362226], np.float32)
+    assert np.float32(1) - np.float32(eps) >= x[0] > np.float32(1.0 - eps)  # the case in between
+    ref = torch.ops.aten.logit_backward(T(np.ones(1, np.float32)), T(x), eps).numpy()
+    out = aclnn.logit_grad(jnp.asarray(x).astype(dtype), jnp.ones(1, dtype), eps=eps)
+    if dtype == "float32":
+        np.testing.assert_allclose(np.asarray(out), ref, rtol=1e-6)  # 4.03068, not 0
+    with aclnn.reference_path():
+        assert float(aclnn.logit_grad(x, np.ones(1, np.float32), eps=eps)[0]) == pytest.approx(
+            float(ref[0]), rel=1e-6)
+
+
 # ----- hardshrink ---------------------------------------------------------------
 
 
@@ -124,6 +142,27 @@ def test_hardshrink_backward_nan_and_broadcast(rng):
     np.testing.assert_array_equal(np.asarray(out), np.where(np.abs(x2) <= 0.3, 0, g * np.ones(4, np.float32)))
 
 
+@pytest.mark.parametrize("path", ["aclnn", "reference"])
+@pytest.mark.parametrize("dtype,x,lambd", [("float16", 0.50048828125, 0.5003),
+                                           ("bfloat16", 0.50390625, 0.502)])
+def test_gh28_half_hardshrink_compares_with_the_float32_lambd(path, dtype, x, lambd):
+    """Issue 28, item 3: CANN's HardShrinkGrad (Atlas A2) casts a half input
+    to float32 and compares it with the float32 lambd; ATen rounds lambd to
+    the half dtype first (here to x itself) and zeroes the gradient. The
+    docstring says which (CANN's); these values sit in between."""
+    assert abs(x) > np.float32(lambd) and jnp.asarray(lambd, dtype) == x
+    xs, g = jnp.asarray([x, -x], dtype), jnp.ones(2, dtype)
+    with aclnn.reference_path() if path == "reference" else contextlib.nullcontext():
+        out = aclnn.hardshrink_backward(g, xs, lambd=lambd)
+        grad = jax.grad(lambda v: aclnn.hardshrink(v, lambd).astype(jnp.float32).sum())(xs)
+    np.testing.assert_array_equal(f64(out), [1.0, 1.0])
+    np.testing.assert_array_equal(f64(grad), [1.0, 1.0])
+    aten = torch.ops.aten.hardshrink_backward(
+        torch.ones(2, dtype=getattr(torch, dtype)), torch.tensor([x, -x], dtype=getattr(torch, dtype)),
+        lambd)
+    assert aten.float().tolist() == [0.0, 0.0]  # ATen's rounding, which CANN does not do
+
+
 # ----- swish --------------------------------------------------------------------
 
 
@@ -135,7 +174,7 @@ def test_swish_backward(rng, dtype, beta):
     out = jax.jit(aclnn.swish_backward, static_argnames="beta")(g, x, beta=beta)
     assert out.dtype == x.dtype
     b = 1.0 if beta is None else beta
-    assert_close(out, swish_grad_numpy(f64(g), f64(x), b), dtype)
+    assert_close(out, ORACLES["swish_backward"](f64(g), f64(x), beta=b), dtype)
     if b == 1.0:
         ref = torch.ops.aten.silu_backward(T(f64(g)), T(f64(x)))
         assert_close(out, ref.numpy(), dtype)
@@ -144,7 +183,7 @@ def test_swish_backward(rng, dtype, beta):
 def test_swish_backward_extremes():
     x = np.array([-100.0, -30.0, 0.0, 30.0, 100.0, np.nan], np.float32)
     out = np.asarray(aclnn.swish_backward(np.ones(6, np.float32), x))
-    np.testing.assert_allclose(out[:5], swish_grad_numpy(1.0, x[:5].astype(np.float64), 1.0), atol=1e-6)
+    np.testing.assert_allclose(out[:5], ORACLES["swish_backward"](np.ones(5), x[:5]), atol=1e-6)
     assert np.isnan(out[5])
 
 
@@ -165,7 +204,7 @@ def test_batch_norm_reduce_backward(rng, dtype, shape):
     invstd = as_dtype(rng.uniform(0.5, 2, size=C), dtype)
     weight = as_dtype(rng.normal(size=C), dtype)
     outs = jax.jit(aclnn.batch_norm_reduce_backward)(g, x, mean, invstd, weight)
-    expected = bn_reduce_numpy(f64(g), f64(x), f64(mean), f64(invstd))
+    expected = ORACLES["batch_norm_reduce_backward"](f64(g), f64(x), f64(mean), f64(invstd), None)
     n = np.prod(shape) / C
     for o, e in zip(outs, expected):
         assert o.dtype == x.dtype and o.shape == (C,)
@@ -199,7 +238,7 @@ def test_batch_norm_reduce_backward_masks_and_no_weight(rng, masks):
     outs = aclnn.batch_norm_reduce_backward(
         g, x, mean, invstd, None, input_g=input_g, weight_g=weight_g, bias_g=bias_g
     )
-    expected = bn_reduce_numpy(g.astype(np.float64), x.astype(np.float64), mean, invstd)
+    expected = ORACLES["batch_norm_reduce_backward"](g, x, mean, invstd, None)
     for o, e, keep in zip(outs, expected, (input_g, input_g, weight_g, bias_g)):
         if keep:
             np.testing.assert_allclose(np.asarray(o), e, rtol=1e-5, atol=1e-5)
@@ -226,28 +265,3 @@ def test_empty_tensors():
 def test_scalar_inputs():
     out = aclnn.swish_backward(np.float32(2.0), np.float32(0.0))
     assert out.shape == () and float(out) == 1.0
-
-
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_batch_norm_reduce_with_float32_statistics_and_half_input(rng, dtype):
-    """batch_norm's backward: float32 mean/invstd/weight with a half-precision
-    grad_out/input; the sums come back in float32 (as ATen's
-    batch_norm_backward_reduce gives them, with mean's options)."""
-    from jax_aclnn.ops.batch_norm_reduce_backward import reduce_backward
-
-    shape = (6, 5, 7)
-    x = as_dtype(300 + rng.normal(size=shape), dtype)
-    g = as_dtype(rng.normal(size=shape), dtype)
-    mean = np.asarray(f64(x).mean((0, 2)), np.float32)  # not representable in dtype
-    invstd = rng.uniform(0.5, 2, size=5).astype(np.float32)
-    weight = rng.normal(size=5).astype(np.float32)
-    masks = {"input_g": True, "weight_g": True, "bias_g": True}
-    outs = jax.jit(lambda *a: reduce_backward(*a, **masks))(g, x, mean, invstd, weight)
-    expected = bn_reduce_numpy(f64(g), f64(x), mean.astype(np.float64), invstd.astype(np.float64))
-    # round-off scales with the terms summed: |g| and |g (x - mean)| (times invstd <= 2)
-    terms = (np.abs(f64(g)) * (1 + np.abs(f64(x) - mean.reshape(1, 5, 1)))).sum((0, 2)).max()
-    for o, e in zip(outs, expected):
-        assert o.dtype == jnp.float32
-        np.testing.assert_allclose(np.asarray(o), e, rtol=1e-5, atol=2e-6 * terms)
-    with pytest.raises(TypeError, match="share one dtype"):  # the public contract is unchanged
-        aclnn.batch_norm_reduce_backward(g, x, mean, invstd, weight)

@@ -15,6 +15,7 @@ import importlib.metadata
 import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -81,6 +82,68 @@ def test_mypy_strict_finds_the_types_of_a_users_script(tmp_path):
     run = subprocess.run([sys.executable, script.name], cwd=tmp_path, capture_output=True,
                          text=True)
     assert run.returncode == 0, run.stderr
+
+
+def source_checkout(tmp_path: Path, edit=lambda files: None) -> Path:
+    """A copy of this checkout's Python tree (jax_aclnn/, no compiled files)
+    in ``tmp_path/checkout``, changed by ``edit({relative path: Path})``: run
+    from there, it imports the installed build's compiled files (_loading)."""
+    if INSTALLED == ROOT / "jax_aclnn":
+        pytest.skip("the compiled modules are built in place, not installed")
+    checkout = tmp_path / "checkout"
+    shutil.copytree(ROOT / "jax_aclnn", checkout / "jax_aclnn",
+                    ignore=shutil.ignore_patterns("*.so", "__pycache__", "*.pyi"))
+    edit({str(p.relative_to(checkout)): p for p in checkout.rglob("*.py")})
+    return checkout
+
+
+def import_from(checkout: Path) -> subprocess.CompletedProcess:
+    code = "import jax_aclnn, jax_aclnn._loading as l; print(jax_aclnn.__file__, l.PACKAGE_DIR)"
+    return subprocess.run([sys.executable, "-c", code], cwd=checkout, capture_output=True,
+                          text=True, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+
+
+def substitute(path: Path, pattern: str, replacement: str) -> None:
+    text, n = re.subn(pattern, replacement, path.read_text(), flags=re.M)
+    assert n, f"{pattern!r} not in {path}"
+    path.write_text(text)
+
+
+def test_a_source_checkout_runs_on_the_installed_build_of_its_sources(tmp_path):
+    checkout = source_checkout(tmp_path)
+    out = import_from(checkout)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(checkout / "jax_aclnn" / "__init__.py"), str(INSTALLED)]
+
+
+# Regression (issue 28): a source checkout's Python imported the installed
+# build's compiled files whatever sources they were built from (a
+# five-operator tree ran on a six-operator extension). Now import refuses
+# it, in one line naming the stale side and the fix.
+
+
+def test_a_source_checkout_of_another_version_refuses_the_installed_build(tmp_path):
+    checkout = source_checkout(tmp_path, lambda files: substitute(
+        files["jax_aclnn/__init__.py"], r'^__version__ = "[^"]+"', '__version__ = "9.9.9"'))
+    out = import_from(checkout)
+    assert out.returncode == 1 and out.stderr.strip().splitlines()[-1] == (
+        f"ImportError: jax_aclnn: the installed build in {INSTALLED} is stale for the source "
+        f"checkout {checkout}, whose Python imports it (the extension is jax_aclnn "
+        f"{jax_aclnn.__version__}'s, the Python 9.9.9's): run `pip install .` in {checkout}"), out.stderr
+
+
+def test_a_source_checkout_with_other_operators_refuses_the_installed_build(tmp_path):
+    def drop_logit(files):  # a four-operator Python tree: no logit_grad (logit)
+        substitute(files["jax_aclnn/ops/__init__.py"], r"^from jax_aclnn\.ops\.logit_grad import .*\n", "")
+        substitute(files["jax_aclnn/ops/__init__.py"], r'^ *"logit(_grad)?",\n', "")
+
+    checkout = source_checkout(tmp_path, drop_logit)
+    out = import_from(checkout)
+    assert out.returncode == 1 and out.stderr.strip().splitlines()[-1] == (
+        f"ImportError: jax_aclnn: the installed build in {INSTALLED} is stale for the source "
+        f"checkout {checkout}, whose Python imports it (operators only in the extension: "
+        f"logit_grad (aclnnLogitGrad); only in the Python: none): run `pip install .` in "
+        f"{checkout}"), out.stderr
 
 
 def test_twine_check_passes_on_the_sdist(tmp_path):

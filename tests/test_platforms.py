@@ -4,19 +4,54 @@ JAX_ACLNN_REFERENCE kill switch (checked against the same oracles)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import jax_aclnn as aclnn
-from cases import CASES, OPERATORS, ids, logit_grad_numpy
+from cases import CASES, OPERATORS, ORACLES, ids, of
 from conftest import DTYPES, as_dtype, assert_close, f64
 
 TARGETS = OPERATORS
+#: Each operator's first case of the table, called on one list of operands.
+FIRST = [of(name)[0] for name in OPERATORS]
+ARGS = tuple(jax.ShapeDtypeStruct(shape, jnp.float32) for c in FIRST for shape in c.shapes)
 
 
-def all_five(x, c):
+def every_operator(*operands):
+    """Every operator, each on its own operands (its first case's shapes)."""
+    out, i = [], 0
+    for case in FIRST:
+        out.append(case.call(*operands[i:i + len(case.shapes)]))
+        i += len(case.shapes)
+    return out
+
+
+def operands(rng):
+    """Values for :data:`ARGS`, in each case's ranges."""
+    return [a for c in FIRST for a in c.operands(rng)]
+
+
+def exported_text(platform: str) -> str:
+    exported = jax.export.export(jax.jit(every_operator), platforms=[platform],
+                                 disabled_checks=aclnn.export_disabled_checks())
+    return exported(*ARGS).mlir_module()
+
+
+def test_npu_export_contains_every_typed_ffi_call():
+    text = exported_text("npu")
+    for t in TARGETS:
+        assert f"@aclnn_{t}" in text, t
+    # typed FFI (api_version 4) carries its attributes as a dictionary
+    assert text.count("mhlo.backend_config = {") == len(TARGETS)
+
+
+def attribute_examples(x, c):
     return (
         aclnn.smooth_l1_loss_backward(x, x, x * 0.5, reduction="sum", beta=0.5),
         aclnn.logit_grad(x, x, eps=0.1),
@@ -26,21 +61,11 @@ def all_five(x, c):
     )
 
 
-ARGS = (jax.ShapeDtypeStruct((4, 3), jnp.float32), jax.ShapeDtypeStruct((3,), jnp.float32))
-
-
-def exported_text(platform: str) -> str:
-    exported = jax.export.export(jax.jit(all_five), platforms=[platform],
+def test_npu_export_encodes_the_attributes():
+    exported = jax.export.export(jax.jit(attribute_examples), platforms=["npu"],
                                  disabled_checks=aclnn.export_disabled_checks())
-    return exported(*ARGS).mlir_module()
-
-
-def test_npu_export_contains_the_five_typed_ffi_calls_with_attributes():
-    text = exported_text("npu")
-    for t in TARGETS:
-        assert f"@aclnn_{t}" in text, t
-    # typed FFI (api_version 4) carries its attributes as a dictionary
-    assert text.count("mhlo.backend_config = {") == len(TARGETS)
+    text = exported(jax.ShapeDtypeStruct((4, 3), jnp.float32),
+                    jax.ShapeDtypeStruct((3,), jnp.float32)).mlir_module()
     for attr in ("reduction = 2 : i64", "beta = 5.000000e-01 : f32", "eps = 1.000000e-01 : f64",
                  "lambd = 2.500000e-01 : f32", "has_beta = false", "bias_g = false",
                  "input_g = true"):
@@ -53,22 +78,47 @@ def test_other_platforms_lower_to_the_reference(platform):
     assert "aclnn_" not in text
 
 
-def test_kill_switch_forces_the_reference(monkeypatch, rng):
-    x = jnp.asarray(rng.uniform(0.2, 0.8, size=(4, 3)), jnp.float32)
-    c = jnp.ones(3, jnp.float32)
-    # read when a call is traced: a fresh function is traced anew
-    monkeypatch.setenv("JAX_ACLNN_REFERENCE", "logit_grad,swish_backward")
-    hlo = jax.jit(lambda x, c: all_five(x, c)).lower(x, c).as_text()
-    assert "aclnn_logit_grad" not in hlo and "aclnn_swish_backward" not in hlo
-    assert "aclnn_hardshrink_backward" in hlo
-    monkeypatch.setenv("JAX_ACLNN_REFERENCE", "all")
-    assert "aclnn_" not in jax.jit(lambda x, c: all_five(x, c)).lower(x, c).as_text()
+KILL_SWITCH_SCRIPT = """
+import jax, jax.numpy as jnp
+import jax_aclnn as aclnn
+x = jnp.full((4, 3), 0.5)
+hlo = jax.jit(lambda x: (aclnn.logit_grad(x, x, eps=0.1), aclnn.swish_backward(x, x),
+                         aclnn.hardshrink_backward(x, x))).lower(x).as_text()
+print(sorted(t for t in ("logit_grad", "swish_backward", "hardshrink_backward")
+             if "aclnn_" + t in hlo))
+"""
+
+
+def run_with_kill_switch(value: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, JAX_ACLNN_REFERENCE=value)
+    return subprocess.run([sys.executable, "-c", KILL_SWITCH_SCRIPT], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("value,custom_calls", [
+    ("logit_grad,swish_backward", "['hardshrink_backward']"), ("all", "[]"), ("1", "[]"),
+    ("0", "['hardshrink_backward', 'logit_grad', 'swish_backward']"),
+])
+def test_kill_switch_forces_the_reference(value, custom_calls):
+    """``$JAX_ACLNN_REFERENCE``, read at import, forces the reference path
+    for the whole process."""
+    result = run_with_kill_switch(value)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == custom_calls
+
+
+def test_kill_switch_refuses_unknown_operator_names():
+    """Regression (issue 28, item 6): a typo used to be silently accepted,
+    disabling nothing; reference_path refused the same name."""
+    result = run_with_kill_switch("swish_backward,bogus_name")
+    assert result.returncode != 0
+    assert ("ValueError: JAX_ACLNN_REFERENCE='swish_backward,bogus_name': unknown operator(s) "
+            "'bogus_name'") in result.stderr
 
 
 def test_reference_path_forces_the_reference_within_its_block(rng):
-    x = jnp.asarray(rng.uniform(0.2, 0.8, size=(4, 3)), jnp.float32)
-    c = jnp.ones(3, jnp.float32)
-    lowered = lambda: jax.jit(lambda x, c: all_five(x, c)).lower(x, c).as_text()  # noqa: E731
+    args = operands(rng)
+    lowered = lambda: jax.jit(every_operator).lower(*args).as_text()  # noqa: E731
     with aclnn.reference_path(["logit_grad", "swish_backward"]):
         hlo = lowered()
         with aclnn.reference_path("hardshrink_backward"):  # nested: adds to the outer block's
@@ -80,6 +130,28 @@ def test_reference_path_forces_the_reference_within_its_block(rng):
     with aclnn.reference_path():
         assert "aclnn_" not in lowered()
     assert all(f"aclnn_{t}" in lowered() for t in TARGETS)  # off again after the block
+
+
+def test_reference_path_is_part_of_the_trace_cache_key(rng):
+    """Regression (issue 27, item 4): a function traced inside the block
+    kept the reference outside it (and one traced outside kept the custom
+    call inside), so comparing the two paths compared one with itself."""
+    args = operands(rng)
+    inside_first, outside_first = (jax.jit(lambda *a: every_operator(*a)) for _ in range(2))
+    with aclnn.reference_path():
+        assert "aclnn_" not in inside_first.lower(*args).as_text()
+        jax.block_until_ready(inside_first(*args))
+    assert all(f"aclnn_{t}" in outside_first.lower(*args).as_text() for t in TARGETS)
+    assert all(f"aclnn_{t}" in inside_first.lower(*args).as_text() for t in TARGETS)
+    with aclnn.reference_path():
+        assert "aclnn_" not in outside_first.lower(*args).as_text()
+    # and the calls themselves: counted by the aclnn runtime only outside the block
+    aclnn.reset_runtime_stats()
+    with aclnn.reference_path():
+        jax.block_until_ready(outside_first(*args))
+    assert all(c["execute"] == 0 for c in aclnn.runtime_stats()["calls"].values())
+    jax.block_until_ready(inside_first(*args))
+    assert all(c["execute"] == 1 for c in aclnn.runtime_stats()["calls"].values())
 
 
 def test_reference_path_refuses_bad_names():
@@ -101,10 +173,10 @@ def test_build_info_names_what_the_install_is_made_of():
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", CASES, ids=ids(CASES))
-def test_reference_path_against_the_oracles(monkeypatch, rng, dtype, case):
-    monkeypatch.setenv("JAX_ACLNN_REFERENCE", "1")
+def test_reference_path_against_the_oracles(rng, dtype, case):
     operands = case.operands(rng, dtype)
-    out = case.call(*operands)
+    with aclnn.reference_path():
+        out = case.call(*operands)
     expected = case.expected(*operands)
     scale = 4.0 if case.op == "batch_norm_reduce_backward" else 1.0  # sums of rounded terms
     for o, e in zip(*(jax.tree.leaves(v) for v in (out, expected)), strict=True):
@@ -112,12 +184,13 @@ def test_reference_path_against_the_oracles(monkeypatch, rng, dtype, case):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_reference_path_of_logit_grad_outside_0_1(monkeypatch, rng, dtype):
-    monkeypatch.setenv("JAX_ACLNN_REFERENCE", "1")
+def test_reference_path_of_logit_grad_outside_0_1(rng, dtype):
     x = as_dtype(rng.uniform(-0.5, 1.5, size=(5, 4, 3)), dtype)
     g = as_dtype(rng.normal(size=(5, 4, 3)), dtype)
     for eps in (-1.0, 0.1):  # NaN outside [0, 1]; 0 outside [eps, 1 - eps]
-        assert_close(aclnn.logit_grad(x, g, eps=eps), logit_grad_numpy(f64(x), f64(g), eps), dtype)
+        with aclnn.reference_path():
+            out = aclnn.logit_grad(x, g, eps=eps)
+        assert_close(out, ORACLES["logit_grad"](f64(x), f64(g), eps=eps), dtype)
 
 
 def test_exported_program_runs_in_a_fresh_process(tmp_path):

@@ -1,16 +1,14 @@
 """The programs users write around the operators (issue 19): ``jax.export``
 for several platforms, a symbolic batch dimension, explicit sharding with
 the batch sharded, ``shard_map`` over part of an explicit mesh, inputs of
-rank 9; and the argument checks of None tensors and out-of-range float32
-attributes.
+rank 9.
 
-Each of the five differentiable ops and five raw operators runs as one
+Each differentiable op and raw operator of the shared table runs as one
 program (its value, its gradient in both inputs, its JVP) and is compared
 with the same program written with the formulas in jax.numpy."""
 
 from __future__ import annotations
 
-import warnings
 
 import jax
 import jax.numpy as jnp
@@ -21,99 +19,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jax_aclnn as aclnn
-
-EPS = 1e-3  # logit's clamp
-BN_EPS = 1e-5
-
-
-def _bn_axes(x, channel):
-    return tuple(i for i in range(x.ndim) if i != channel % x.ndim)
-
-
-def _jnp_batch_norm(x, w, b, channel):
-    axes = _bn_axes(x, channel)
-    shape = [1] * x.ndim
-    shape[channel % x.ndim] = -1
-    mean = x.mean(axes, keepdims=True)
-    var = ((x - mean) ** 2).mean(axes, keepdims=True)
-    return (x - mean) / jnp.sqrt(var + BN_EPS) * w.reshape(shape) + b.reshape(shape)
-
-
-def _probability(x):
-    return 0.05 + 0.9 * jax.nn.sigmoid(x)
-
-
-def _bn_reduce_args(x):
-    """mean, invstd and weight (C,) of x (channel at dim 1), in jax.numpy."""
-    axes = _bn_axes(x, 1)
-    mean = x.mean(axes)
-    invstd = 1.0 / jnp.sqrt(x.var(axes) + BN_EPS)
-    return mean, invstd, 1.0 + 0.1 * jnp.arange(x.shape[1], dtype=x.dtype)
-
-
-def _jnp_bn_reduce(g, x):
-    mean, invstd, _ = _bn_reduce_args(x)
-    shape = (1, -1) + (1,) * (x.ndim - 2)
-    axes = _bn_axes(x, 1)
-    sum_dy = g.sum(axes)
-    sum_dy_xmu = (g * (x - mean.reshape(shape))).sum(axes)
-    return sum_dy, sum_dy_xmu, sum_dy_xmu * invstd, sum_dy
-
-
-def _jnp_smooth_l1(d, beta):
-    ad = jnp.abs(d)
-    return jnp.where(ad < beta, 0.5 * d * d / beta, ad - 0.5 * beta)
-
-
-def _jnp_smooth_l1_backward(g, d, beta):
-    return g * jnp.where(jnp.abs(d) < beta, d / beta, jnp.sign(d))
-
-
-#: name -> (with jax_aclnn, with jax.numpy): functions of two arrays of one
-#: shape (the channel of batch norm last, of batch_norm_reduce_backward at dim 1).
-CASES = {
-    "swish": (lambda a, b: aclnn.swish(a + b, 1.5),
-              lambda a, b: (a + b) * jax.nn.sigmoid(1.5 * (a + b))),
-    "hardshrink": (lambda a, b: aclnn.hardshrink(a * b, 0.3),
-                   lambda a, b: jnp.where(jnp.abs(a * b) <= 0.3, 0.0, a * b)),
-    "logit": (lambda a, b: aclnn.logit(_probability(a - b), EPS),
-              lambda a, b: jnp.log(_probability(a - b) / (1 - _probability(a - b)))),
-    "smooth_l1_loss": (lambda a, b: aclnn.smooth_l1_loss(a, b, reduction="mean", beta=0.7),
-                       lambda a, b: _jnp_smooth_l1(a - b, 0.7).mean()),
-    "batch_norm": (
-        lambda a, b: aclnn.batch_norm(a * b, 1.0 + a.mean(tuple(range(a.ndim - 1))),
-                                      b.mean(tuple(range(a.ndim - 1))))[0],
-        lambda a, b: _jnp_batch_norm(a * b, 1.0 + a.mean(tuple(range(a.ndim - 1))),
-                                     b.mean(tuple(range(a.ndim - 1))), -1)),
-    "swish_backward": (
-        lambda g, x: aclnn.swish_backward(g, x, beta=1.5),
-        lambda g, x: g * (jax.nn.sigmoid(1.5 * x)
-                          * (1 + 1.5 * x * (1 - jax.nn.sigmoid(1.5 * x))))),
-    "hardshrink_backward": (lambda g, x: aclnn.hardshrink_backward(g, x, lambd=0.3),
-                            lambda g, x: jnp.where(jnp.abs(x) <= 0.3, 0.0, g)),
-    "logit_grad": (lambda g, x: aclnn.logit_grad(_probability(x), g, eps=EPS),
-                   lambda g, x: g / (_probability(x) * (1 - _probability(x)))),
-    "smooth_l1_loss_backward": (
-        lambda g, x: aclnn.smooth_l1_loss_backward(g, x, 0.5 * x[..., :1], reduction="none", beta=0.7),
-        lambda g, x: _jnp_smooth_l1_backward(g, x - 0.5 * x[..., :1], 0.7)),
-    "batch_norm_reduce_backward": (
-        lambda g, x: aclnn.batch_norm_reduce_backward(g, x, *_bn_reduce_args(x)),
-        _jnp_bn_reduce),
-}
-
-
-def program(f):
-    """The value of ``f``, its gradient in both inputs and its JVP."""
-
-    def run(a, b):
-        weights = lambda out: jnp.cos(jnp.arange(out.size, dtype=out.dtype)).reshape(out.shape)  # noqa: E731
-        loss = lambda a, b: sum(jnp.sum(weights(o) * o) for o in jax.tree.leaves(f(a, b)))  # noqa: E731
-        value = f(a, b)
-        grads = jax.grad(loss, argnums=(0, 1))(a, b)
-        _, tangent = jax.jvp(f, (a, b), (jnp.sin(a), jnp.cos(b)))
-        return value, grads, tangent
-
-    return run
+from cases import PROGRAMS as CASES
+from cases import program
 
 
 def inputs(rng, shape):
@@ -159,6 +66,29 @@ def test_export_with_a_symbolic_batch(rng, name):
     for batch in (3, 5):
         a, b = inputs(rng, (batch, 6))
         assert_trees_close(restored.call(a, b), expected(name, a, b))
+
+
+@pytest.mark.parametrize("shape,sizes", [("b, 6", (3, 6)), ("4, n", (4, 5))])
+@pytest.mark.parametrize("which", ["operator", "gradient"])
+def test_gh27_export_of_vmapped_mean_with_symbolic_shapes(rng, shape, sizes, which):
+    """Regression: the "mean"'s rescaling under vmap computed its ratio of
+    element counts in NumPy, which symbolic sizes refuse
+    (TracerArrayConversionError)."""
+    if which == "operator":
+        f = jax.vmap(lambda g, x, y: aclnn.smooth_l1_loss_backward(g, x, y, reduction="mean"),
+                     in_axes=(None, 0, 0))
+    else:
+        f = lambda g, x, y: g * jax.vmap(jax.grad(  # noqa: E731
+            lambda x, y: aclnn.smooth_l1_loss(x, y, reduction="mean")))(x, y)
+    spec = jax.ShapeDtypeStruct(jax.export.symbolic_shape(shape), jnp.float32)
+    exported = jax.export.export(jax.jit(f), disabled_checks=aclnn.export_disabled_checks())(
+        jax.ShapeDtypeStruct((), jnp.float32), spec, spec)
+    x, y = inputs(rng, sizes)
+    g = np.float32(1.5)
+    d = np.asarray(x, np.float64) - np.asarray(y)
+    expected = g * np.where(np.abs(d) < 1, d, np.sign(d)) / sizes[1]  # each example's own mean
+    out = jax.export.deserialize(exported.serialize()).call(g, x, y)
+    np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-6, atol=1e-7)
 
 
 def test_raw_operators_broadcast_symbolic_shapes():
@@ -298,50 +228,3 @@ def test_rank_9_that_cannot_merge_is_a_value_error():
     x = np.ones((1, 2) * 4 + (1,), np.float32)
     with pytest.raises(ValueError, match="hardshrink_backward: .* 9 dimensions that cannot be merged"):
         aclnn.hardshrink_backward(g, x)
-
-
-# --- item 5: None tensors, float32 attributes out of range --------------------
-
-X = np.ones((2, 3), np.float32)
-
-NONE_TENSORS = {
-    "swish": (lambda: aclnn.swish(None), "x"),
-    "hardshrink": (lambda: aclnn.hardshrink(None), "x"),
-    "logit": (lambda: aclnn.logit(None), "x"),
-    "smooth_l1_loss": (lambda: aclnn.smooth_l1_loss(X, None), "target"),
-    "batch_norm": (lambda: aclnn.batch_norm(None), "x"),
-    "swish_backward": (lambda: aclnn.swish_backward(None, X), "grad_output"),
-    "hardshrink_backward": (lambda: aclnn.hardshrink_backward(X, None), "input"),
-    "logit_grad": (lambda: aclnn.logit_grad(X, None), "dy"),
-    "smooth_l1_loss_backward": (lambda: aclnn.smooth_l1_loss_backward(X, X, None), "target"),
-    "batch_norm_reduce_backward": (
-        lambda: aclnn.batch_norm_reduce_backward(None, X, X[0], X[0], None), "grad_out"),
-}
-
-
-@pytest.mark.parametrize("name", sorted(NONE_TENSORS))
-def test_none_as_a_tensor_is_a_type_error_naming_function_and_argument(name):
-    call, argument = NONE_TENSORS[name]
-    with pytest.raises(TypeError, match=rf"^{name}: {argument} must be an array, got None"):
-        call()
-
-
-FLOAT32_ATTRIBUTES = {
-    "swish": (lambda v: aclnn.swish(X, v), "beta"),
-    "hardshrink": (lambda v: aclnn.hardshrink(X, v), "lambd"),
-    "smooth_l1_loss": (lambda v: aclnn.smooth_l1_loss(X, X, beta=v), "beta"),
-    "swish_backward": (lambda v: aclnn.swish_backward(X, X, beta=v), "beta"),
-    "hardshrink_backward": (lambda v: aclnn.hardshrink_backward(X, X, lambd=v), "lambd"),
-    "smooth_l1_loss_backward": (lambda v: aclnn.smooth_l1_loss_backward(X, X, X, beta=v), "beta"),
-}
-
-
-@pytest.mark.parametrize("value", [1e40, -1e40])
-@pytest.mark.parametrize("name", sorted(FLOAT32_ATTRIBUTES))
-def test_float32_attribute_beyond_float32_is_a_value_error_without_warnings(name, value):
-    call, argument = FLOAT32_ATTRIBUTES[name]
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        with pytest.raises(ValueError, match=rf"^{name}: {argument}=.*beyond float32's range"):
-            call(value)
-        call(float(np.finfo(np.float32).max))  # the largest float32 is taken

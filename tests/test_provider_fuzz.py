@@ -225,7 +225,8 @@ def test_logit_grad(data):
             elif eps < 0:
                 value = np.where((x < 0) | (x > 1), np.nan, value)
             else:
-                lo, hi = np.float32(eps), np.float32(1.0 - eps)
+                lo = np.float32(eps)
+                hi = np.float32(1.0) - lo
                 value = np.where((x < lo) | (x > hi), 0.0, value)
         return value, value
 

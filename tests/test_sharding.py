@@ -18,7 +18,7 @@ from jax.sharding import PartitionSpec as P
 
 import jax_aclnn as aclnn
 from cases import CASES, OPERATORS, ids
-from jax_aclnn.cli import train
+from jax_aclnn import network
 
 pytestmark = pytest.mark.skipif(jax.device_count() < NUM_DEVICES, reason="needs 8 host devices")
 
@@ -148,14 +148,25 @@ def test_batch_norm_reduce_all_reduces_only_per_channel_sums(mesh, rng, specs, m
             assert int(np.prod([int(d) for d in dims.split(",") if d])) <= 6, shape
 
 
+def network_problem(rng, batch, features=10, width=16):
+    """Weights of the every-operator network (jax_aclnn.network), inputs
+    and targets in (0, 1)."""
+    params = network.init(jax.random.key(0), features, width, 2)
+    return params, normal(rng, (batch, features)), rng.uniform(0.1, 0.9, batch).astype(np.float32)
+
+
 def test_sharded_training_step_equals_unsharded(rng, batch_mesh):
     mesh = batch_mesh
-    data = train.load_data(None, None, seed=0)
     optimizer = optax.adam(1e-2)
-    params = train.init_params(jax.random.key(0), data.x_train.shape[1])
+    params, x, y = network_problem(rng, 64)
     state = optimizer.init(params)
-    step = jax.jit(train.make_train_step(optimizer, jnp.float32))
-    x, y = data.x_train[:64], data.y_train[:64]
+
+    def train_step(params, state, x, y):
+        loss, grads = jax.value_and_grad(network.loss)(params, x, y)
+        updates, state = optimizer.update(grads, state, params)
+        return optax.apply_updates(params, updates), state, loss
+
+    step = jax.jit(train_step)
     expected = step(params, state, x, y)
     replicated = NamedSharding(mesh, P())
     args = (jax.device_put(params, replicated), jax.device_put(state, replicated),
@@ -266,3 +277,120 @@ def test_sync_batch_norm_under_pmap_gives_local_parameter_gradients(rng):
     np.testing.assert_allclose(np.asarray(gx).reshape(-1, 3), np.asarray(gx0), rtol=1e-4, atol=1e-5)
     for a, e in ((gw, gw0), (gb, gb0)):
         np.testing.assert_allclose(np.asarray(a), np.broadcast_to(np.asarray(e), a.shape), rtol=1e-4, atol=1e-5)
+
+
+# --- issue 27: channel sharding, uneven sizes ---------------------------------
+
+
+def _mesh(devices, kind, names=("d",)):
+    kind = {"auto": jax.sharding.AxisType.Auto, "explicit": jax.sharding.AxisType.Explicit}[kind]
+    shape = (devices,) if len(names) == 1 else devices
+    return jax.make_mesh(shape, names, axis_types=(kind,) * len(names),
+                         devices=jax.devices()[:int(np.prod(shape))])
+
+
+@pytest.mark.parametrize("rank", [2, 3])
+def test_gh27_channel_sharded_batch_norm_parameter_gradients(rng, rank):
+    """Regression: on an explicit mesh sharding the channels, the gradient of
+    a replicated weight came back typed ``[C@c]`` (ValueError: Expected
+    cotangent type float32[6] but got float32[6@c]), and at rank 3 the JVP's
+    ``(outer, C, inner)`` reshape was a ShardingTypeError."""
+    mesh = _mesh(2, "explicit", ("c",))
+    shape = (4, 6) if rank == 2 else (8, 4, 6)
+    x0 = rng.normal(size=shape).astype(np.float32)
+    w0, b0 = rng.uniform(0.5, 2, 6).astype(np.float32), rng.normal(size=6).astype(np.float32)
+    t = np.cos(np.arange(x0.size, dtype=np.float32)).reshape(shape)
+
+    def loss(bn, x, w, b):
+        return (bn(x, w, b, -1)[0] * t).sum()
+
+    ours = lambda x, w, b, axis: aclnn.batch_norm(x, w, b, channel_axis=axis)  # noqa: E731
+    with jax.set_mesh(mesh):
+        x = jax.device_put(x0, NamedSharding(mesh, P(*(None,) * (rank - 1), "c")))
+        grads = jax.jit(jax.grad(lambda *a: loss(ours, *a), argnums=(0, 1, 2)))(x, w0, b0)
+        assert [str(jax.typeof(g)) for g in grads[1:]] == ["float32[6]"] * 2
+        _, tangent = jax.jvp(lambda x: ours(x, w0, b0, -1)[0], (x,), (x,))
+    expected = jax.grad(lambda *a: loss(lambda x, w, b, axis: reference_batch_norm(x, w, b, axis),
+                                        *a), argnums=(0, 1, 2))(x0, w0, b0)
+    for g, e in zip(grads, expected):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-4, atol=1e-5)
+    _, e_tangent = jax.jvp(lambda x: reference_batch_norm(x, w0, b0, -1)[0], (x0,), (x0,))
+    np.testing.assert_allclose(np.asarray(tangent), np.asarray(e_tangent), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", OPERATORS)
+def test_gh27_uneven_sharding_after_a_reshape(rng, name):
+    """Regression: a (10, 3, 4) array sharded P("x", None, "y") on a (4, 2)
+    auto mesh and reshaped to (30, 4) reached the partitioner with a
+    sharding no PartitionSpec expresses (KeyError in custom_partitioning);
+    now XLA reshards the operands and the result is exact."""
+    mesh = _mesh((4, 2), "auto", ("x", "y"))
+    sh = NamedSharding(mesh, P("x", None, "y"))
+    case = next(c for c in CASES if c.op == name)
+    shapes = [(30, 4) if len(s) > 1 else s for s in case.shapes]
+    if name == "batch_norm_reduce_backward":
+        shapes = [(30, 4), (30, 4), (4,), (4,), (4,)]
+    operands = case.operands(rng, shapes=tuple(shapes))
+
+    def f(*args):
+        placed = [jax.lax.with_sharding_constraint(a.reshape(10, 3, 4), sh).reshape(30, 4)
+                  if a.shape == (30, 4) else a for a in args]
+        return case.call(*placed)
+
+    out = jax.jit(f)(*operands)
+    expected = case.expected(*operands)
+    for o, e in zip(jax.tree.leaves(out), jax.tree.leaves(expected), strict=True):
+        np.testing.assert_allclose(np.asarray(o), e, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["auto", "explicit"])
+@pytest.mark.parametrize("devices", [2, 4, 8])
+def test_gh27_uneven_batch_training_step_equals_one_device(rng, kind, devices):
+    """A global batch of 30 on 2, 4 or 8 devices: the jitted training step
+    through every operator gives the loss and gradients of one device.
+    Auto mesh: the batch sharded (unevenly) by a constraint in the step.
+    Explicit mesh (whose types cannot split 30 rows unevenly): the batch
+    replicated and the hidden features (batch norm's channels) sharded,
+    tensor-parallel."""
+    params, x, y = network_problem(rng, 30)
+    grad = jax.value_and_grad(network.loss)
+    expected = jax.jit(grad)(params, x, y)
+    mesh = _mesh(devices, kind)
+    with jax.set_mesh(mesh):
+        if kind == "auto":
+            batch = NamedSharding(mesh, P("d"))
+            step = jax.jit(lambda p, x, y: grad(p, *jax.lax.with_sharding_constraint((x, y), batch)))
+        else:
+            # the first block's features sharded, the rest replicated
+            specs = [P(None, "d")] + [P()] * (len(params) - 1)
+            params = [jax.device_put(w, NamedSharding(mesh, spec)) for w, spec in zip(params, specs)]
+            step = jax.jit(grad)
+        got = step(params, x, y)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(expected)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("kind", ["auto", "explicit"])
+def test_gh27_sync_batch_norm_in_shard_map_with_sharded_channels(rng, kind):
+    """Regression: synchronized batch norm in a shard_map over "x" of an
+    input P("x", "y") (channels sharded over the remaining axis "y") failed
+    like the channel-sharded gradient above on an explicit mesh."""
+    mesh = _mesh((4, 2), kind, ("x", "y"))
+    x0, t = normal(rng, (16, 6)) * 2 + 1, normal(rng, (16, 6))
+    w, b = rng.uniform(0.5, 2, 6).astype(np.float32), normal(rng, (6,))
+
+    def per_device(x, w, b, t):
+        y, _, _ = aclnn.batch_norm(x, w, b, axis_name="x")
+        return jax.lax.psum(jnp.sum(jnp.sin(y) * t), "x")
+
+    loss = jax.shard_map(per_device, mesh=mesh, in_specs=(P("x"), P(), P(), P("x")), out_specs=P(),
+                         axis_names={"x"})
+    with jax.set_mesh(mesh):
+        x = jax.device_put(x0, NamedSharding(mesh, P("x", "y")))
+        t = jax.device_put(t, NamedSharding(mesh, P("x", "y")))
+        value, grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))(x, w, b, t)
+    (value0, _), grads0 = jax.value_and_grad(oracle_loss, argnums=(0, 1, 2), has_aux=True)(
+        x0, w, b, np.asarray(t), -1)
+    np.testing.assert_allclose(float(value), float(value0), rtol=1e-5, atol=1e-4)
+    for a, e in zip(grads, grads0):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(e), rtol=1e-4, atol=1e-5)

@@ -7,139 +7,50 @@ custom calls of the compiled programs (one aclnn call per use)."""
 from __future__ import annotations
 
 import re
-from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from cases import OPERATORS
+from cases import CASES, FORWARD, OPERATORS, batch_norm, twin
 from conftest import NUM_DEVICES
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from jax.test_util import check_grads
 
 import jax_aclnn as aclnn
+from jax_aclnn import network
 
 SEED = 1234  # fixed: the points are chosen away from the kinks
 TOL = dict(rtol=2e-4, atol=2e-5)
 FD = dict(atol=3e-2, rtol=3e-2, eps=1e-3)  # finite differences in float32
 
 
-# --- plain jax.numpy definitions (the oracles) ------------------------------
-
-
-def np_smooth_l1(x, y, reduction, beta):
-    d = x - y
-    loss = jnp.where(jnp.abs(d) < beta, 0.5 * d * d / beta, jnp.abs(d) - 0.5 * beta)
-    return {"none": loss, "mean": loss.mean(), "sum": loss.sum()}[reduction]
-
-
-def np_logit(x, eps):
-    z = x if eps is None else jnp.clip(x, eps, 1 - eps)
-    return jnp.log(z / (1 - z))
-
-
-def np_hardshrink(x, lambd):
-    return jnp.where(jnp.abs(x) > lambd, x, 0.0)
-
-
-def np_swish(x, beta):
-    return x * jax.nn.sigmoid(beta * x)
-
-
-def np_batch_norm(x, w, b, axis, eps=1e-5):
-    axis %= x.ndim
-    axes = tuple(i for i in range(x.ndim) if i != axis)
-    shape = [1] * x.ndim
-    shape[axis] = -1
-    mean = x.mean(axes, keepdims=True)
-    var = ((x - mean) ** 2).mean(axes, keepdims=True)
-    y = (x - mean) / jnp.sqrt(var + eps)
-    if w is not None:
-        y = y * w.reshape(shape)
-    if b is not None:
-        y = y + b.reshape(shape)
-    return y
-
-
-# --- points away from the kinks -------------------------------------------
-
-
-def away(rng, shape, low, high, kinks, margin=0.05):
-    """Uniform values in [low, high] at least ``margin`` from every kink."""
-    out = rng.uniform(low, high, size=shape)
-    for _ in range(100):
-        near = np.zeros(shape, bool)
-        for k in kinks:
-            near |= np.abs(out - k) < margin
-        if not near.any():
-            return out.astype(np.float32)
-        out[near] = rng.uniform(low, high, size=near.sum())
-    raise AssertionError("no point away from the kinks")
-
-
 def make_cases():
+    """name -> (jax_aclnn function, its plain jax.numpy oracle, operands):
+    every differentiable op of the table (its forward formula), every raw
+    operator that one of them runs (the formula's VJP in its first
+    operand), and the raw operators no op's VJP gives (their formula in
+    jax.numpy)."""
     rng = np.random.default_rng(SEED)
-    x = rng.normal(size=(3, 4)).astype(np.float32)
-    y = rng.normal(size=(4,)).astype(np.float32)
-    # |x - y| away from beta = 0.8 (and 0, the L1 kink of sign)
-    d = away(rng, (3, 4), -2.5, 2.5, [-0.8, 0.0, 0.8])
-    x_l1 = d + y
-    xs = away(rng, (3, 4), -2, 2, [-0.5, 0.5])
-    p = away(rng, (3, 4), 0.05, 0.95, [0.2, 0.8])
-    bx = (rng.normal(size=(5, 3, 2)) * 2 + 1).astype(np.float32)
-    w, b = rng.uniform(0.5, 2, 3).astype(np.float32), rng.normal(size=3).astype(np.float32)
     cases = {}
-    for r in ("none", "mean", "sum"):
-        cases[f"smooth_l1_{r}"] = (
-            partial(lambda x, y, r: aclnn.smooth_l1_loss(x, y, reduction=r, beta=0.8), r=r),
-            partial(lambda x, y, r: np_smooth_l1(x, y, r, 0.8), r=r), (x_l1, y))
-    cases["logit"] = (aclnn.logit, partial(np_logit, eps=None), (p,))
-    cases["logit_eps"] = (lambda x: aclnn.logit(x, eps=0.2), partial(np_logit, eps=0.2), (p,))
-    cases["hardshrink"] = (aclnn.hardshrink, partial(np_hardshrink, lambd=0.5), (xs,))
-    cases["swish"] = (lambda x: aclnn.swish(x, beta=1.7), partial(np_swish, beta=1.7), (x,))
-    cases["silu"] = (aclnn.silu, partial(np_swish, beta=1.0), (x,))
-    cases["batch_norm"] = (lambda x, w, b: aclnn.batch_norm(x, w, b, channel_axis=1)[0],
-                           lambda x, w, b: np_batch_norm(x, w, b, 1), (bx, w, b))
-    cases["batch_norm_plain"] = (lambda x: aclnn.batch_norm(x)[0],
-                                 lambda x: np_batch_norm(x, None, None, -1), (bx,))
-    # the raw backward operators, against the plain definitions' VJPs
-    g = rng.normal(size=(3, 4)).astype(np.float32)
-    vjp = lambda f: lambda g, *a: jax.vjp(f, *a)[1](g)  # noqa: E731
-    cases["swish_backward"] = (lambda g, x: aclnn.swish_backward(g, x, beta=1.7),
-                               lambda g, x: vjp(partial(np_swish, beta=1.7))(g, x)[0], (g, x))
-    cases["hardshrink_backward"] = (  # grad_output broadcasts
-        lambda g, x: aclnn.hardshrink_backward(g, x, lambd=0.5),
-        lambda g, x: vjp(partial(np_hardshrink, lambd=0.5))(jnp.broadcast_to(g, x.shape), x)[0],
-        (g[0], xs))
-    cases["logit_grad"] = (lambda x, dy: aclnn.logit_grad(x, dy),
-                           lambda x, dy: vjp(partial(np_logit, eps=None))(dy, x)[0], (p, g))
-    cases["logit_grad_eps"] = (lambda x, dy: aclnn.logit_grad(x, dy, eps=0.2),
-                               lambda x, dy: vjp(partial(np_logit, eps=0.2))(dy, x)[0], (p, g))
-    for r in ("none", "mean", "sum"):
-        gr = g if r == "none" else np.float32(1.3)
-        cases[f"smooth_l1_loss_backward_{r}"] = (
-            partial(lambda g, x, y, r: aclnn.smooth_l1_loss_backward(
-                g, x, y, reduction=r, beta=0.8), r=r),
-            partial(lambda g, x, y, r: vjp(lambda x: np_smooth_l1(x, y, r, 0.8))(g, x)[0], r=r),
-            (gr, x_l1, np.broadcast_to(y, x_l1.shape).copy()))
-    gb = rng.normal(size=bx.shape).astype(np.float32)
-    mean = rng.normal(size=3).astype(np.float32)
-    invstd = rng.uniform(0.5, 2, 3).astype(np.float32)
-
-    def np_reduce(g, x, mean, invstd, w):
-        xmu = x - mean.reshape(1, -1, 1)
-        sum_dy, sum_dy_xmu = g.sum((0, 2)), (g * xmu).sum((0, 2))
-        return sum_dy, sum_dy_xmu, sum_dy_xmu * invstd, sum_dy
-
-    cases["batch_norm_reduce_backward"] = (aclnn.batch_norm_reduce_backward, np_reduce,
-                                           (gb, bx, mean, invstd, w))
+    for f in FORWARD:
+        operands = f.sample(rng)
+        cases[f.name] = (f.ours, f.plain, operands)
+        if f.raw is not None:
+            g = rng.normal(size=np.shape(jax.eval_shape(f.plain, *operands))).astype(np.float32)
+            vjp = lambda g, *a, plain=f.plain: jax.vjp(plain, *a)[1](g)[0]  # noqa: E731
+            cases[f"{f.op}[{f.name}]"] = (f.raw, vjp, (g, *operands))
+    linked = {f.op for f in FORWARD if f.raw is not None}
+    for case in CASES:
+        if case.op not in linked:
+            operands = tuple(np.asarray(a) for a in case.operands(rng))
+            cases.setdefault(case.id, (case.call, twin(case.op, **case.kwargs), operands))
     return cases
 
 
-CASES = make_cases()
-NAMES = sorted(CASES)
+CASES_OF_TRANSFORMATIONS = make_cases()
+NAMES = sorted(CASES_OF_TRANSFORMATIONS)
 
 
 def scalar(f, args):
@@ -166,13 +77,13 @@ def close(actual, expected, **tol):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_check_grads_second_order(name):
-    f, _, args = CASES[name]
+    f, _, args = CASES_OF_TRANSFORMATIONS[name]
     check_grads(jax.jit(f), args, order=2, modes=("fwd", "rev"), **FD)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_jvp_and_linearize(name):
-    f, ref, args = CASES[name]
+    f, ref, args = CASES_OF_TRANSFORMATIONS[name]
     t = tangents(args)
     expected = jax.jvp(ref, args, t)
     close(jax.jit(lambda a, t: jax.jvp(f, a, t))(args, t), expected)
@@ -182,7 +93,7 @@ def test_jvp_and_linearize(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_jacfwd_jacrev(name):
-    f, ref, args = CASES[name]
+    f, ref, args = CASES_OF_TRANSFORMATIONS[name]
     argnums = tuple(range(len(args)))
     expected = jax.jit(jax.jacrev(ref, argnums))(*args)
     close(jax.jit(jax.jacfwd(f, argnums))(*args), expected)
@@ -191,7 +102,7 @@ def test_jacfwd_jacrev(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_hessian_and_grad_of_grad(name):
-    f, ref, args = CASES[name]
+    f, ref, args = CASES_OF_TRANSFORMATIONS[name]
     argnums = tuple(range(len(args)))
     s, s_ref = scalar(f, args), scalar(ref, args)
     close(jax.jit(jax.hessian(s, argnums))(*args), jax.jit(jax.hessian(s_ref, argnums))(*args),
@@ -204,7 +115,7 @@ def test_hessian_and_grad_of_grad(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_vmap_of_jvp(name):
-    f, ref, args = CASES[name]
+    f, ref, args = CASES_OF_TRANSFORMATIONS[name]
     t1, t2 = tangents(args), tangents(args, SEED + 4)
     ts = tuple(np.stack([a, b]) for a, b in zip(t1, t2))
     jvp = lambda f: jax.vmap(lambda t: jax.jvp(f, args, t))  # noqa: E731
@@ -219,49 +130,41 @@ def aclnn_calls(fn, *args) -> list[str]:
     return sorted(re.findall(r'custom_call_target="(aclnn_\w+)"', hlo))
 
 
-ALL_FIVE = sorted(f"aclnn_{name}" for name in OPERATORS)
+EVERY_OPERATOR = sorted(f"aclnn_{name}" for name in OPERATORS)
 
 
-def five_op_loss(x, w, b, target):
-    h, _, _ = aclnn.batch_norm(x, w, b)
-    h = aclnn.hardshrink(aclnn.swish(h, beta=1.2), lambd=0.1)
-    p = aclnn.logit(jax.nn.sigmoid(h), eps=1e-4)
-    return aclnn.smooth_l1_loss(p, target, beta=0.5)
-
-
-def five_op_args():
+def network_args():
+    """Weights, input and target of the every-operator network (jax_aclnn.network)."""
     rng = np.random.default_rng(SEED)
-    return (rng.normal(size=(8, 4)).astype(np.float32), np.ones(4, np.float32),
-            np.zeros(4, np.float32), rng.normal(size=(8, 4)).astype(np.float32))
+    params = network.init(jax.random.key(SEED), 4, 4, 1)  # one block: each layer once
+    return (params, rng.normal(size=(8, 4)).astype(np.float32),
+            rng.uniform(0.1, 0.9, 8).astype(np.float32))
 
 
 def test_reverse_mode_runs_one_aclnn_backward_call_per_use():
-    args = five_op_args()
-    assert aclnn_calls(jax.grad(five_op_loss, argnums=(0, 1, 2, 3)), *args) == ALL_FIVE
-    batched = tuple(np.stack([a, a + 1]) for a in args)
-    per_example = jax.vmap(jax.grad(five_op_loss, argnums=(0, 1, 2)))
-    assert aclnn_calls(per_example, *batched) == ALL_FIVE
-    of_vmap = jax.grad(lambda *a: jax.vmap(five_op_loss)(*a).sum(), argnums=(0, 1, 2))
-    assert aclnn_calls(of_vmap, *batched) == ALL_FIVE
+    """A network of one block uses every operator once: its gradient has
+    one call of each, per-example (vmap of grad) and of a vmapped loss too."""
+    params, x, y = network_args()
+    assert aclnn_calls(jax.grad(network.loss), params, x, y) == EVERY_OPERATOR
+    batched = (np.stack([x, x + 1]), np.stack([y, y]))
+    per_example = jax.vmap(jax.grad(network.loss), in_axes=(None, 0, 0))
+    assert aclnn_calls(per_example, params, *batched) == EVERY_OPERATOR
+    of_vmap = jax.grad(lambda p, x, y: jax.vmap(network.loss, in_axes=(None, 0, 0))(p, x, y).sum())
+    assert aclnn_calls(of_vmap, params, *batched) == EVERY_OPERATOR
 
 
 def test_reverse_mode_gives_the_mean_loss_backward_its_scalar_grad_out():
     # the transposed "mean" operator transposes back to one call with a
     # scalar grad_out, as the hand-written backward had (no broadcast copy)
-    x, _, _, t = five_op_args()
-    hlo = jax.jit(jax.grad(aclnn.smooth_l1_loss)).lower(x, t).compile().as_text()
+    _, x, t = network_args()
+    hlo = jax.jit(jax.grad(aclnn.smooth_l1_loss)).lower(x, x[::-1] * t[:, None]).compile().as_text()
     (call,) = [line for line in hlo.splitlines() if 'custom_call_target="aclnn_' in line]
     assert "operand_layout_constraints={f32[], " in call, call
 
 
-@pytest.mark.parametrize("name,target", [
-    ("swish", "aclnn_swish_backward"), ("silu", "aclnn_swish_backward"),
-    ("hardshrink", "aclnn_hardshrink_backward"), ("logit_eps", "aclnn_logit_grad"),
-    ("smooth_l1_none", "aclnn_smooth_l1_loss_backward"),
-    ("smooth_l1_mean", "aclnn_smooth_l1_loss_backward"),
-    ("batch_norm", "aclnn_batch_norm_reduce_backward")])
+@pytest.mark.parametrize("name,target", [(f.name, f"aclnn_{f.op}") for f in FORWARD])
 def test_forward_mode_runs_the_aclnn_operator(name, target):
-    f, _, args = CASES[name]
+    f, _, args = CASES_OF_TRANSFORMATIONS[name]
     assert aclnn_calls(lambda a, t: jax.jvp(f, a, t), args, tangents(args)) == [target]
     ts = tuple(np.stack([t, t]) for t in tangents(args))
     batched = jax.vmap(lambda t: jax.jvp(f, args, t))
@@ -288,7 +191,7 @@ def test_synchronized_batch_norm_forward_and_second_order(check_vma):
                          out_specs=P(), check_vma=check_vma)
 
     def oracle(x, w, b, t):
-        return jnp.sum(jnp.sin(np_batch_norm(x, w, b, -1)) * t)
+        return jnp.sum(jnp.sin(batch_norm(x, w, b)) * t)
 
     batch, rep = NamedSharding(mesh, P("batch")), NamedSharding(mesh, P())
     args = (jax.device_put(x, batch), jax.device_put(w, rep), jax.device_put(b, rep),
@@ -307,16 +210,15 @@ def test_forward_mode_and_hessian_vector_product_under_sharded_jit():
     # the operators and their transposes on sharded operands go through the
     # custom_partitioning rules
     mesh = jax.make_mesh((NUM_DEVICES,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
-    args = five_op_args()
-    x, w, b, t = args
+    params, x, y = network_args()
     shard = lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec))  # noqa: E731
-    sharded = (shard(x, P("data")), shard(w, P()), shard(b, P()), shard(t, P("data")))
-    dirs = jax.tree.map(jnp.asarray, tangents(args[:3]))
-    jvp = lambda *a: jax.jvp(lambda *p: five_op_loss(*p, a[3]), a[:3], dirs)  # noqa: E731
+    sharded = (shard(params, P()), shard(x, P("data")), shard(y, P("data")))
+    dirs = jax.tree.map(jnp.asarray, jax.tree.map(lambda p: np.cos(np.asarray(p)), params))
+    jvp = lambda p, x, y: jax.jvp(lambda p: network.loss(p, x, y), (p,), (dirs,))  # noqa: E731
 
-    def hvp(*a):
-        return jax.jvp(jax.grad(lambda *p: five_op_loss(*p, a[3]), argnums=(0, 1, 2)), a[:3], dirs)[1]
+    def hvp(p, x, y):
+        return jax.jvp(jax.grad(lambda p: network.loss(p, x, y)), (p,), (dirs,))[1]
 
     for fn in (jvp, hvp):
-        close(jax.jit(fn)(*sharded), jax.jit(fn)(*args), rtol=1e-4, atol=1e-5)
-    assert aclnn_calls(jvp, *sharded) == ALL_FIVE
+        close(jax.jit(fn)(*sharded), jax.jit(fn)(params, x, y), rtol=1e-4, atol=1e-5)
+    assert aclnn_calls(jvp, *sharded) == EVERY_OPERATOR
