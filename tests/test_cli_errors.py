@@ -398,7 +398,7 @@ def test_no_progress_frames_when_stdout_is_not_a_terminal():
 
 
 def test_a_failing_child_shows_its_own_error_first(capsys, monkeypatch):
-    monkeypatch.setattr("jax_aclnn.cli.bench._BN_MEMORY_SCRIPT", "import sys; sys.exit('child: no memory today')")
+    monkeypatch.setattr("jax_aclnn.cli.bn_memory._SCRIPT", "import sys; sys.exit('child: no memory today')")
     assert main(["bench", *TINY_BENCH, "--bn-memory-channels", "16"]) == 2
     out = capsys.readouterr()
     assert out.out == ""  # nothing was measured first

@@ -1,4 +1,4 @@
-"""``python -m jax_aclnn bench``: the five operators against the baselines
+"""``python -m jax_aclnn bench``: every operator against the baselines
 measured in the same run.
 
 For each operator, size and dtype, under ``jax.jit``:
@@ -32,7 +32,7 @@ aclnn and through the pure-JAX reference, before the call, after it, and
 after the program is freed (``jax.clear_caches()``).
 
 It then measures what executor reuse saves (:func:`set_executor_reuse`):
-a jitted training step of the ``train`` job (all five operators in its
+a jitted training step of the ``train`` job (every operator in its
 gradient) and a chain of tiny calls, alternately with reuse on and off.
 
 Last, a training step's temporary memory (XLA's memory analysis), compile
@@ -54,8 +54,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -66,9 +64,9 @@ import numpy as np
 from tqdm import tqdm
 
 import jax_aclnn as aclnn
-from jax_aclnn.cli.common import (UsageError, child_env, child_error, comma_list, integer, jax_devices, one_of,
-                                  progress_disabled)
-from jax_aclnn.cli import bench_cases
+from jax_aclnn.cli.common import (UsageError, comma_list, integer, jax_devices, one_of,
+                                  print_table, progress_disabled)
+from jax_aclnn.cli import bench_cases, bn_memory
 from jax_aclnn.cli.bench_cases import case_bytes, import_torch, measure, timed
 from jax_aclnn.cli.training_state import RealisticProcess
 
@@ -91,11 +89,6 @@ def parse_size(text: str) -> int:
     return size
 
 
-#: About the memory of ``--bn-memory-channels``' child process per channel:
-#: its two (16, C) float32 inputs, their random bits and the call's temporaries.
-BN_MEMORY_BYTES_PER_CHANNEL = 16 * 4 * 4
-
-
 def available_memory() -> int:
     """Bytes a new allocation can have: Linux's ``MemAvailable``, else the
     physical memory."""
@@ -115,7 +108,7 @@ def check_memory(args: argparse.Namespace) -> None:
     if need > available:
         raise UsageError(f"--sizes: a case of {size:,} elements needs about {gib(need)} of memory, "
                          f"{gib(available)} available; choose smaller sizes")
-    need = BN_MEMORY_BYTES_PER_CHANNEL * (args.bn_memory_channels or 0)
+    need = bn_memory.BYTES_PER_CHANNEL * (args.bn_memory_channels or 0)
     if need > available:
         raise UsageError(f"--bn-memory-channels {args.bn_memory_channels:,} needs about {gib(need)} "
                          f"of memory, {gib(available)} available; choose fewer channels")
@@ -168,7 +161,7 @@ def paired_reuse_times(fn: Callable[[], Any], repeats: int) -> dict[str, Any]:
 
 def reuse_overhead(repeats: int, batch_size: int = 32, chain: int = 64) -> dict[str, Any]:
     """What executor reuse saves: on a training step of the ``train`` job
-    (its gradient runs all five operators), and per call on a chain of
+    (its gradient runs every operator), and per call on a chain of
     ``chain`` dependent 16-element calls (dispatch cost only)."""
     import optax
 
@@ -215,20 +208,6 @@ def print_step_table(rows: list[dict[str, Any]]) -> None:
           "jax.numpy, differentiated by JAX")
 
 
-def print_table(title: str, columns: list[str], text_columns: int, rows: list[list[str]],
-                width: int = 140) -> None:
-    """A rich table: the first ``text_columns`` columns left-aligned, numbers right."""
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=title)
-    for i, col in enumerate(columns):
-        table.add_column(col, justify="left" if i < text_columns else "right", no_wrap=i < text_columns)
-    for row in rows:
-        table.add_row(*row)
-    Console(width=width).print(table)
-
-
 def print_reuse_table(results: dict[str, dict[str, Any]]) -> None:
     print_table(
         "executor reuse (medians of paired runs; ratio > 1: reuse faster)",
@@ -240,52 +219,6 @@ def print_reuse_table(results: dict[str, dict[str, Any]]) -> None:
          for name, r in results.items()])
 
 
-#: One batch-norm reduce of a (16, C) float32 input in a fresh process;
-#: prints its RSS (MiB) before the call, after it, and after clear_caches.
-_BN_MEMORY_SCRIPT = """
-import gc, sys, jax, jax.numpy as jnp
-import jax_aclnn as aclnn
-def rss():
-    with open("/proc/self/status") as f:
-        return next(int(l.split()[1]) / 1024 for l in f if l.startswith("VmRSS:"))
-c = int(sys.argv[1])
-g, x = (jax.random.normal(jax.random.key(i), (16, c)) for i in range(2))
-m, s = jnp.zeros(c), jnp.ones(c)
-f = jax.jit(lambda g, x, m, s: aclnn.batch_norm_reduce_backward(g, x, m, s, None))
-jax.block_until_ready((g, x, m, s))
-before = rss()
-out = jax.block_until_ready(f(g, x, m, s))
-after = rss()
-del out, f
-jax.clear_caches()
-gc.collect()
-print(before, after, rss())
-"""
-
-
-def bn_reduce_memory(channels: int) -> dict[str, dict[str, float]]:
-    """RSS in MiB around a (16, channels) batch-norm reduce, per path."""
-    results = {}
-    for path, reference in (("aclnn", ""), ("pure JAX", "batch_norm_reduce_backward")):
-        child = subprocess.run([sys.executable, "-c", _BN_MEMORY_SCRIPT, str(channels)],
-                               env=child_env(JAX_ACLNN_REFERENCE=reference), capture_output=True,
-                               text=True)
-        if child.returncode:
-            raise UsageError(f"--bn-memory-channels {channels:,}: the measuring process ({path}) "
-                             f"failed: {child_error(child.returncode, child.stderr)}")
-        before, after, freed = map(float, child.stdout.split())
-        results[path] = {"before_mib": before, "after_call_mib": after, "after_clear_caches_mib": freed}
-    return results
-
-
-def print_memory_table(channels: int, results: dict[str, dict[str, float]]) -> None:
-    print_table(
-        f"batch-norm reduce, (16, {channels:,}) float32: process RSS",
-        ["path", "before", "after the call", "after clear_caches"], 1,
-        [[path, *(f"{r[k]:,.0f} MiB" for k in ("before_mib", "after_call_mib", "after_clear_caches_mib"))]
-         for path, r in results.items()])
-
-
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     import_torch()
     ops, sizes, dtypes = args.ops, args.sizes, [jnp.dtype(d) for d in args.dtypes]
@@ -293,7 +226,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     devices = jax_devices()
     out = output_folder(args.out) if args.out else None
     # first, so that a failing child process stops the run before the measurements
-    memory = bn_reduce_memory(args.bn_memory_channels) if args.bn_memory_channels else None
+    memory = bn_memory.measure(args.bn_memory_channels) if args.bn_memory_channels else None
     bandwidth = copy_bandwidth(args.repeats)
     fresh_bandwidth = copy_bandwidth(args.repeats, fresh=True)
     build = aclnn.build_info()
@@ -318,7 +251,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         r["fresh_copy_fraction"] = r["aclnn_gbps"] / fresh_bandwidth
     print_results(rows, bandwidth)
     if memory is not None:
-        print_memory_table(args.bn_memory_channels, memory)
+        bn_memory.print_results(args.bn_memory_channels, memory)
     reuse = None
     if args.reuse_repeats > 0:
         reuse = reuse_overhead(args.reuse_repeats)
@@ -399,7 +332,7 @@ def plot(rows: list[dict[str, Any]], bandwidth: float, path: Path) -> None:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ops", default=",".join(OPS), type=comma_list(one_of(OPS), f"some of {', '.join(OPS)}"),
-                   help="comma-separated operators (default: all five)")
+                   help="comma-separated operators (default: all of them)")
     p.add_argument("--sizes", default=DEFAULT_SIZES, type=comma_list(parse_size, "element counts such as 4096, 64K, 1M"),
                    help="comma-separated element counts, K/M suffixes (default: %(default)s)")
     p.add_argument("--dtypes", default=",".join(DTYPES), type=comma_list(one_of(DTYPES), f"some of {', '.join(DTYPES)}"),

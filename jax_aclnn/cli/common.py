@@ -180,3 +180,17 @@ def child_error(returncode: int, stderr: str) -> str:
     lines = stderr.strip().splitlines() or [
         f"killed by signal {-returncode}" if returncode < 0 else f"exit status {returncode}"]
     return lines[-1]
+
+
+def print_table(title: str, columns: list[str], text_columns: int, rows: list[list[str]],
+                width: int = 140) -> None:
+    """A rich table: the first ``text_columns`` columns left-aligned, numbers right."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for i, col in enumerate(columns):
+        table.add_column(col, justify="left" if i < text_columns else "right", no_wrap=i < text_columns)
+    for row in rows:
+        table.add_row(*row)
+    Console(width=width).print(table)
