@@ -1,5 +1,5 @@
 // The arguments of XLA_FFI_State_Get/Set in each FFI API version's layout,
-// for the handlers (handlers.cc lays them out for the runtime that calls
+// for the handlers (call_state.cc lays them out for the runtime that calls
 // them) and the test-only FFI runtime (csrc/testing/, which speaks each
 // version). Defined here: the headers have one version's.
 #ifndef JAX_ACLNN_FFI_STATE_ARGS_H_

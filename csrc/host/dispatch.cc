@@ -1,9 +1,9 @@
-// Run-time CPU dispatch of the kernels. CMakeLists.txt compiles kernels.cc
-// once per CPU target (a baseline build for any x86-64 or aarch64 CPU;
-// x86-64-v3/-v4: AVX2, FMA and F16C, then AVX-512; armv8.2-a+sve: SVE), each
-// copy in its own namespace jax_aclnn::host::<target>; the first call picks
-// the best one the CPU supports. The opt-in native build has a single target,
-// "native".
+// Run-time CPU dispatch of the kernels. CMakeLists.txt compiles the kernels
+// (kernels.cc, batch_norm_kernel.cc) once per CPU target (a baseline build
+// for any x86-64 or aarch64 CPU; x86-64-v3/-v4: AVX2, FMA and F16C, then
+// AVX-512; armv8.2-a+sve: SVE), each copy in its own namespace
+// jax_aclnn::host::<target>; the first call picks the best one the CPU
+// supports. The opt-in native build has a single target, "native".
 #include "host/kernels.h"
 
 #if JAX_ACLNN_KERNELS_ARMV8_2_A_SVE

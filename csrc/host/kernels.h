@@ -50,10 +50,10 @@ struct PointwiseParams {
   }
 };
 
-// The kernels' entry points. kernels.cc defines them once per CPU target,
-// in jax_aclnn::host::<target>, compiled for that target (CMakeLists.txt);
-// dispatch.cc defines them in jax_aclnn::host, calling the best target the
-// CPU supports.
+// The kernels' entry points. kernels.cc and batch_norm_kernel.cc define
+// them once per CPU target, in jax_aclnn::host::<target>, compiled for that
+// target (CMakeLists.txt); dispatch.cc defines them in jax_aclnn::host,
+// calling the best target the CPU supports.
 //
 // RunPointwise: an element-wise operator (one with a PointwiseKernel). Every
 // input view has the output's rank and dims, with stride 0 along broadcast

@@ -1,7 +1,7 @@
 // The host provider's common code (provider.cc) that the operators' entry
-// points (csrc/ops/<op>.cc) build on: the descriptor and executor types,
-// argument checks with aclnn's error reporting, and the first phase of the
-// element-wise operators.
+// points (csrc/ops/<op>.cc) build on: the descriptor types (descriptors.h)
+// and the executor type, argument checks with aclnn's error reporting, and
+// the first phase of the element-wise operators.
 #ifndef JAX_ACLNN_HOST_PROVIDER_H_
 #define JAX_ACLNN_HOST_PROVIDER_H_
 
@@ -10,20 +10,10 @@
 #include <string>
 
 #include "aclnn_abi.h"
+#include "host/descriptors.h"
 #include "host/kernels.h"
 #include "host_stream.h"
 #include "operators.h"
-
-struct aclTensor {
-  jax_aclnn::host::View view;
-  int64_t offset;  // view.data = tensorData + offset
-};
-
-struct aclScalar {
-  double value;
-  aclDataType dtype;
-};
-
 
 namespace jax_aclnn::host {
 
