@@ -48,6 +48,10 @@ def blocks(page: str | None = None) -> list[Block]:
     out = []
     for m in _BLOCK.finditer(page if page is not None else PAGE.read_text(encoding="utf-8")):
         caption, body = m["caption"], m["body"]
+        # Quoted where it holds a "#", which MyST's option parser takes for
+        # the start of a comment.
+        if len(caption) > 1 and caption[0] == caption[-1] == '"':
+            caption = caption[1:-1]
         if new := _NEW.match(caption):
             out.append(Block(new["path"], body))
         elif above := _ABOVE.match(caption):

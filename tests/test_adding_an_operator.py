@@ -6,6 +6,7 @@ goes on: it builds that copy and runs every test of every operator on it.)"""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
@@ -18,6 +19,15 @@ ROOT = recipe.ROOT
 
 def test_the_page_has_blocks_and_a_table():
     assert recipe.blocks() and recipe.table()
+
+
+def test_a_caption_holding_a_hash_is_quoted():
+    """MyST parses a directive's options as YAML: unquoted, a caption's
+    ``# marker`` is a comment, dropped from the page (and a warning, which
+    the strict docs build fails on)."""
+    captions = re.findall(r"^:caption: (.*)$", recipe.PAGE.read_text(encoding="utf-8"), re.M)
+    unquoted = [c for c in captions if " #" in c and not (c.startswith('"') and c.endswith('"'))]
+    assert not unquoted
 
 
 def test_the_table_lists_exactly_the_files_the_blocks_touch():
