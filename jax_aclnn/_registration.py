@@ -80,6 +80,11 @@ def export_disabled_checks() -> list[jax.export.DisabledSafetyCheck]:
     their names and attributes; a process that runs the exported program
     must import jax_aclnn, which registers them::
 
-        exported = jax.export.export(jax.jit(f), disabled_checks=aclnn.export_disabled_checks())(x)
+        checks = aclnn.export_disabled_checks()
+        exported = jax.export.export(jax.jit(f), disabled_checks=checks)(x)
+
+    Returns:
+      One ``jax.export.DisabledSafetyCheck.custom_call`` per jax_aclnn
+      custom-call target.
     """
     return [jax.export.DisabledSafetyCheck.custom_call(t) for t in _aclnn_ffi.registrations()]
