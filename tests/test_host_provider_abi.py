@@ -117,7 +117,10 @@ _STRAY_STREAMS = textwrap.dedent(
 def test_stray_stream_pointers_are_never_followed():
     tests = str(Path(__file__).resolve().parent)
     package_root = str(Path(aclnn.__file__).resolve().parents[1])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([tests, package_root]))
+    # The caller's path too: where the compiled modules are when they are not
+    # installed (.ci/new-operator builds them into a folder of their own).
+    path = [tests, package_root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
     child = subprocess.run([sys.executable, "-c", _STRAY_STREAMS], env=env, capture_output=True,
                            text=True, timeout=300)
     assert child.returncode == 0 and child.stdout.strip() == "ok", (
