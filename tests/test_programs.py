@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import NUM_DEVICES
+from conftest import NUM_DEVICES, skip_all_reduce_under_an_explicit_mesh_before_jax09
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -108,22 +108,6 @@ def _explicit_mesh(shape, names):
     return jax.make_mesh(shape, names, axis_types=(jax.sharding.AxisType.Explicit,) * len(names))
 
 
-#: The operators whose sharded call all-reduces over the batch (sums per
-#: channel, a "mean"). jax 0.7 and 0.8 lower that all-reduce of a
-#: custom_partitioning rule under an explicit mesh to a reduction XLA rejects
-#: ("Unsupported reduction computation"; on jax 0.7 the next such program
-#: then crashes the process); jax 0.9 and later do not.
-ALL_REDUCING = {"batch_norm", "batch_norm_reduce_backward", "smooth_l1_loss"}
-BEFORE_JAX_09 = tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 9)
-
-
-def skip_all_reduce_before_jax09(name):
-    if BEFORE_JAX_09 and name in ALL_REDUCING:
-        pytest.skip(f"jax {jax.__version__} (before 0.9): the all-reduce of a "
-                    "custom_partitioning rule under an explicit mesh does not compile "
-                    "(XLA: Unsupported reduction computation)")
-
-
 def _types(tree):
     return [str(jax.typeof(x)) for x in jax.tree.leaves(tree)]
 
@@ -132,7 +116,7 @@ def _types(tree):
 @pytest.mark.parametrize("shape", [(16, 6), (16, 3, 6), (16, 4, 2, 6)])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_explicit_sharding_with_the_batch_sharded(rng, name, shape):
-    skip_all_reduce_before_jax09(name)
+    skip_all_reduce_under_an_explicit_mesh_before_jax09(name)
     mesh = _explicit_mesh((NUM_DEVICES,), ("batch",))
     a, b = (jax.device_put(v, NamedSharding(mesh, P("batch"))) for v in inputs(rng, shape))
     ours, oracle = (program(f) for f in CASES[name])
@@ -199,7 +183,7 @@ def test_rank_9_eager_and_vmapped(rng, name):
 @needs_devices
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_rank_9_with_the_batch_sharded(rng, name):
-    skip_all_reduce_before_jax09(name)
+    skip_all_reduce_under_an_explicit_mesh_before_jax09(name)
     mesh = _explicit_mesh((NUM_DEVICES,), ("batch",))
     a, b = (jax.device_put(v, NamedSharding(mesh, P("batch"))) for v in inputs(rng, (8,) + RANK9[1:]))
     with jax.set_mesh(mesh):

@@ -375,6 +375,9 @@ def test_gh27_sync_batch_norm_in_shard_map_with_sharded_channels(rng, kind):
     """Regression: synchronized batch norm in a shard_map over "x" of an
     input P("x", "y") (channels sharded over the remaining axis "y") failed
     like the channel-sharded gradient above on an explicit mesh."""
+    if kind == "explicit" and jax.__version__.startswith("0.7."):
+        pytest.skip(f"jax {jax.__version__}: a shard_map manual over one axis of an explicit "
+                    "mesh refuses a PartitionSpec entry naming it with an explicit axis")
     mesh = _mesh((4, 2), kind, ("x", "y"))
     x0, t = normal(rng, (16, 6)) * 2 + 1, normal(rng, (16, 6))
     w, b = rng.uniform(0.5, 2, 6).astype(np.float32), normal(rng, (6,))
