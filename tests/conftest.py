@@ -16,6 +16,8 @@ import pytest
 #: JAX starts its CPU backend, which importing jax_aclnn does).
 NUM_DEVICES = 8
 jax.config.update("jax_num_cpu_devices", NUM_DEVICES)
+#: The installed jax release as (major, minor), for tests of what a release can do.
+JAX_RELEASE = tuple(int(p) for p in jax.__version__.split(".")[:2])
 
 DTYPES = ["float32", "float16", "bfloat16"]
 
@@ -112,7 +114,7 @@ def free_compiled_programs() -> None:
 #: untyped "Sharding" custom call left inside the partitioned body, or a
 #: crash of the process); jax 0.9 and later do not.
 ALL_REDUCING = {"batch_norm", "batch_norm_reduce_backward", "smooth_l1_loss_mean"}
-BEFORE_JAX_09 = tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 9)
+BEFORE_JAX_09 = JAX_RELEASE < (0, 9)
 
 
 def skip_all_reduce_under_an_explicit_mesh_before_jax09(name: str) -> None:
