@@ -8,6 +8,7 @@
 #ifndef JAX_ACLNN_ACLNN_ABI_H_
 #define JAX_ACLNN_ACLNN_ABI_H_
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -21,6 +22,10 @@ extern "C" {
 
 typedef struct aclTensor aclTensor;
 typedef struct aclScalar aclScalar;
+typedef struct aclIntArray aclIntArray;
+typedef struct aclBoolArray aclBoolArray;
+typedef struct aclFloatArray aclFloatArray;
+typedef struct aclTensorList aclTensorList;
 typedef struct aclOpExecutor aclOpExecutor;
 typedef void* aclrtStream;
 typedef int32_t aclnnStatus;
@@ -85,6 +90,19 @@ enum {
 #define ACLNN_ABI_FIRST_PHASE(...) \
   (__VA_ARGS__, uint64_t* workspaceSize, aclOpExecutor** executor)
 
+// The other argument descriptors (nnopbase): integer, bool and float arrays
+// and tensor lists. A tensor list owns its tensors: aclDestroyTensorList
+// destroys them too. Optional: only an operator that takes one needs them.
+#define ACLNN_ABI_ARRAY_FUNCTIONS(X)                                              \
+  X(aclIntArray*, aclCreateIntArray, (const int64_t* value, uint64_t size))       \
+  X(aclnnStatus, aclDestroyIntArray, (const aclIntArray* array))                  \
+  X(aclBoolArray*, aclCreateBoolArray, (const bool* value, uint64_t size))        \
+  X(aclnnStatus, aclDestroyBoolArray, (const aclBoolArray* array))                \
+  X(aclFloatArray*, aclCreateFloatArray, (const float* value, uint64_t size))     \
+  X(aclnnStatus, aclDestroyFloatArray, (const aclFloatArray* array))              \
+  X(aclTensorList*, aclCreateTensorList, (const aclTensor* const* value, uint64_t size)) \
+  X(aclnnStatus, aclDestroyTensorList, (const aclTensorList* array))
+
 // Optional: making an executor repeatable and re-targeting it at new buffer
 // addresses. Without them every call runs both phases.
 #define ACLNN_ABI_EXECUTOR_REUSE_FUNCTIONS(X)                                  \
@@ -97,14 +115,19 @@ enum {
     (aclOpExecutor * executor, const size_t index, aclTensor* tensor,          \
      void* addr))
 
-#define ACLNN_ABI_FUNCTIONS(X)                                  \
-  ACLNN_ABI_REQUIRED_FUNCTIONS(X)                               \
-  JAX_ACLNN_OPERATORS_WITH(ACLNN_ABI_OPERATOR_FUNCTIONS, X)     \
+// The functions a provider's table holds (ffi/provider.h); an operator's
+// two phases are looked up by name when it is called.
+#define ACLNN_ABI_FUNCTIONS(X)      \
+  ACLNN_ABI_REQUIRED_FUNCTIONS(X)   \
+  ACLNN_ABI_ARRAY_FUNCTIONS(X)      \
   ACLNN_ABI_EXECUTOR_REUSE_FUNCTIONS(X)
 
+// Declared with C linkage and visible: what the host provider exports (its
+// definitions are checked against these declarations).
 #define ACLNN_DECLARE_FUNCTION(ret, name, params) \
   __attribute__((visibility("default"))) ret name params;
 ACLNN_ABI_FUNCTIONS(ACLNN_DECLARE_FUNCTION)
+JAX_ACLNN_OPERATORS_WITH(ACLNN_ABI_OPERATOR_FUNCTIONS, ACLNN_DECLARE_FUNCTION)
 #undef ACLNN_DECLARE_FUNCTION
 
 #ifdef __cplusplus

@@ -3,9 +3,9 @@
 // custom-call target aclnn_<name>; `parameters` is its first phase's
 // parameter list as CANN declares it, without the trailing workspaceSize and
 // executor (aclnn_abi.h derives both ABI functions from it). The C++ tables
-// (OpId, the operator names, the ABI, the FFI handler sets, the host
-// provider's second phases) are derived from it; the Python operators are
-// checked against it (_aclnn_ffi.operators(), tests/test_build.py).
+// (OpId, the operator names, the host provider's exports and second phases)
+// are derived from it; the Python operators declare the same prototypes
+// (_aclnn_ffi.operator_prototypes(), tests/test_build.py).
 #ifndef JAX_ACLNN_OPERATOR_LIST_
 #define JAX_ACLNN_OPERATOR_LIST_
 
@@ -54,27 +54,16 @@ inline constexpr const char* kAclnnOpNames[kNumOps] = {JAX_ACLNN_OPERATORS(JAX_A
 
 }  // namespace jax_aclnn
 
-// Each operator's own files (csrc/ops/): the FFI handler's part (<op>.h),
-// the host provider's part (<op>.cc). <op>.h declares its attributes
-// (attributes.h) and a struct jax_aclnn::ops::<Name> with
-//   kNumInputs, kNumOutputs  its buffers, in the aclnn signature's order;
-//   Attributes attrs         JAX_ACLNN_ATTRIBUTES_STRUCT(<Name>);
-//   GetWorkspaceSize(api, descriptors, in, out, workspaceSize, executor)
-//                            the aclnn first-phase call (descriptors.Scalar(v)
-//                            makes an aclScalar, destroyed with the call's);
-//   OmitAbsent(buffers)      optional: nulls the buffers absent in this call.
-// An element-wise operator's <op>_kernel.h holds its host kernel: its
-// parameters and functor (host/pointwise_kernel.h).
+// Each operator's host implementation (csrc/ops/): its first phase in the
+// host provider (<op>.cc) and, for an element-wise operator, its host kernel
+// (<op>_kernel.h: its parameters and functor, host/pointwise_kernel.h). The
+// FFI side has nothing per operator: one handler calls any operator from the
+// argument list its custom call carries (ffi/handlers.cc).
 #include "host/pointwise_kernel.h"
-#include "ops/smooth_l1_loss_backward.h"
 #include "ops/smooth_l1_loss_backward_kernel.h"
-#include "ops/logit_grad.h"
 #include "ops/logit_grad_kernel.h"
-#include "ops/hardshrink_backward.h"
 #include "ops/hardshrink_backward_kernel.h"
-#include "ops/swish_backward.h"
 #include "ops/swish_backward_kernel.h"
-#include "ops/batch_norm_reduce_backward.h"
 // new operators' headers: above this line
 
 

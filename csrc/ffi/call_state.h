@@ -33,8 +33,11 @@ struct CachedExecutor {
   }
   const AclnnApi* api;  // provider that made `executor`
   Descriptors descriptors;
-  aclTensor* inputs[kMaxInputs] = {};
-  aclTensor* outputs[kMaxOutputs] = {};
+  // The descriptors of the input and output tensor parameters, by their
+  // index among them (null where absent): what aclSetInput/OutputTensorAddr
+  // re-target.
+  aclTensor* inputs[kMaxTensors] = {};
+  aclTensor* outputs[kMaxTensors] = {};
   uint64_t workspace_size = 0;
   aclOpExecutor* executor = nullptr;
 };

@@ -1,5 +1,5 @@
-// The XLA FFI handlers of the five aclnn operators, for the CPU (host
-// provider) and the NPU (CANN) platforms, and the per-call-site state type.
+// The XLA FFI handler of every aclnn operator, for the CPU (host provider)
+// and the NPU (CANN) platforms, and the per-call-site state type.
 #ifndef JAX_ACLNN_FFI_HANDLERS_H_
 #define JAX_ACLNN_FFI_HANDLERS_H_
 
@@ -10,16 +10,15 @@
 namespace jax_aclnn {
 
 struct HandlerSet {
-  const char* target;            // custom-call target name
-  const char* function;          // the jax_aclnn function
   XLA_FFI_Handler* instantiate;  // creates the call site's executor cache
   XLA_FFI_Handler* cpu_execute;
   XLA_FFI_Handler* npu_execute;
 };
 
-// One entry per operator, in OpId order (operators.h).
-extern const HandlerSet kHandlerSets[];
-extern const int kNumHandlerSets;
+// The handlers, the same for every operator: each operator's custom-call
+// target (aclnn_<name>) is registered with them, and its attributes say
+// which operator it is and its argument list (ffi/arguments.h).
+extern const HandlerSet kHandlers;
 
 // XLA_FFI_TypeInfo of FFI API 0.2 on: what the runtime needs to know of a
 // registered type (defined here: FFI API 0.1's headers, the build's, lack it;

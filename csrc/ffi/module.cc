@@ -9,9 +9,11 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "ffi/arguments.h"
 #include "ffi/handlers.h"
 #include "ffi/provider.h"
 #include "ffi/stats.h"
+#include "operators.h"
 
 namespace nb = nanobind;
 
@@ -36,30 +38,64 @@ nb::dict StageCapsules(XLA_FFI_Handler* instantiate, XLA_FFI_Handler* execute) {
 
 NB_MODULE(_aclnn_ffi, m) {
   m.doc() = "XLA FFI handlers of jax_aclnn and the aclnn provider loader.";
+  for (const char* name : kAclnnOpNames) OperatorCounters(name);  // listed from the start
 
   m.def(
       "registrations",
       [] {
-        nb::dict targets;
-        for (int i = 0; i < kNumHandlerSets; ++i) {
-          const HandlerSet& h = kHandlerSets[i];
-          nb::dict platforms;
-          platforms["cpu"] = StageCapsules(h.instantiate, h.cpu_execute);
-          platforms["npu"] = StageCapsules(h.instantiate, h.npu_execute);
-          targets[h.target] = platforms;
-        }
-        return targets;
+        nb::dict platforms;
+        platforms["cpu"] = StageCapsules(kHandlers.instantiate, kHandlers.cpu_execute);
+        platforms["npu"] = StageCapsules(kHandlers.instantiate, kHandlers.npu_execute);
+        return platforms;
       },
-      "{target: {platform: {stage: capsule}}} for jax.ffi.register_ffi_target.");
+      "{platform: {stage: capsule}}: the handlers of every operator's custom-call target, "
+      "for jax.ffi.register_ffi_target.");
 
   m.def(
       "operators",
       [] {
         nb::dict ops;
-        for (int i = 0; i < kNumOps; ++i) ops[kHandlerSets[i].function] = kAclnnOpNames[i];
+#define JAX_ACLNN_OPERATOR_ENTRY(Name, name) ops[#name] = "aclnn" #Name;
+        JAX_ACLNN_OPERATORS(JAX_ACLNN_OPERATOR_ENTRY)
+#undef JAX_ACLNN_OPERATOR_ENTRY
         return ops;
       },
-      "{jax_aclnn function: aclnn operator}, the list of csrc/operators.h.");
+      "{jax_aclnn function: aclnn operator}: the operators the host provider implements, "
+      "the list of csrc/operators.h.");
+
+  m.def(
+      "argument_kinds",
+      [] {
+        nb::dict kinds;
+#define JAX_ACLNN_KIND_ENTRY(kind, value, type, consumes) \
+  kinds[#kind] = nb::make_tuple(value, type, consumes);
+        JAX_ACLNN_ARGUMENT_KINDS(JAX_ACLNN_KIND_ENTRY)
+#undef JAX_ACLNN_KIND_ENTRY
+        return kinds;
+      },
+      "{kind: (code, C parameter type, what it takes from the attributes)}: the argument "
+      "kinds of the custom call's 'kinds' attribute (csrc/ffi/arguments.h).");
+
+  m.def(
+      "provides",
+      [](const std::string& name, const std::string& library) {
+        const Provider& cpu = CpuProvider();
+        if (cpu.api == nullptr) return false;
+        const Provider* p = &cpu;
+        std::string error;
+        if (!library.empty() && (p = LibraryProvider(library, cpu, &error)) == nullptr)
+          throw std::runtime_error(error);
+        const OperatorPhases& phases = FindOperator(*p, name);
+        return phases.first_phase != nullptr && phases.second_phase != nullptr;
+      },
+      nb::arg("name"), nb::arg("library") = "",
+      "Whether the CPU platform's provider (the host provider; with `library`, that library "
+      "over it) exports aclnn operator `name`'s two phases. Raises RuntimeError when the "
+      "library cannot be loaded.");
+
+  m.def(
+      "add_operator", [](const std::string& name) { OperatorCounters(name); }, nb::arg("name"),
+      "Lists aclnn operator `name` in stats() from now on (with zero calls).");
 
   m.def(
       "operator_prototypes",
@@ -78,25 +114,6 @@ NB_MODULE(_aclnn_ffi, m) {
       },
       "{jax_aclnn function: its aclnn first phase's prototype}, as csrc/operators.h "
       "declares it.");
-
-  m.def(
-      "operator_attributes",
-      [] {
-        nb::dict ops;
-#define JAX_ACLNN_ATTRIBUTE_TYPE(type, name) attributes[#name] = AttributeType<type>();
-#define JAX_ACLNN_OPERATOR_ATTRIBUTES(Name, name)             \
-  {                                                           \
-    nb::dict attributes;                                      \
-    JAX_ACLNN_ATTRIBUTES_##Name(JAX_ACLNN_ATTRIBUTE_TYPE)     \
-    ops[#name] = attributes;                                  \
-  }
-        JAX_ACLNN_OPERATORS(JAX_ACLNN_OPERATOR_ATTRIBUTES)
-#undef JAX_ACLNN_OPERATOR_ATTRIBUTES
-#undef JAX_ACLNN_ATTRIBUTE_TYPE
-        return ops;
-      },
-      "{jax_aclnn function: {attribute: NumPy dtype name}}: the custom call's attributes, "
-      "as the handlers decode them (csrc/ops/).");
 
   m.def(
       "state_type",
@@ -162,11 +179,11 @@ NB_MODULE(_aclnn_ffi, m) {
   m.def("stats", [] {
     RuntimeStats& s = Stats();
     nb::dict calls;
-    for (int i = 0; i < kNumOps; ++i) {
+    for (const auto& [name, counters] : AllOperatorCounters()) {
       nb::dict c;
-      c["get_workspace_size"] = s.calls[i].get_workspace_size.load();
-      c["execute"] = s.calls[i].execute.load();
-      calls[kAclnnOpNames[i]] = c;
+      c["get_workspace_size"] = counters->get_workspace_size.load();
+      c["execute"] = counters->execute.load();
+      calls[name.c_str()] = c;
     }
     nb::dict d;
     d["calls"] = calls;
@@ -176,9 +193,9 @@ NB_MODULE(_aclnn_ffi, m) {
   });
 
   m.def("reset_stats", [] {
-    for (OpCounters& c : Stats().calls) {
-      c.get_workspace_size.store(0);
-      c.execute.store(0);
+    for (const auto& [name, counters] : AllOperatorCounters()) {
+      counters->get_workspace_size.store(0);
+      counters->execute.store(0);
     }
   });
 }

@@ -5,8 +5,11 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <utility>
 
 namespace jax_aclnn {
 namespace {
@@ -61,6 +64,7 @@ std::optional<std::string> LoadHostProvider(const std::string& path) {
   if (!missing.empty()) return path + " does not export " + missing;
   host_provider.api = &host_api;
   host_provider.origin = "host:" + path;
+  host_provider.handles = {handle};
   host_loaded.store(&host_provider);
   return std::nullopt;
 }
@@ -112,6 +116,7 @@ std::string LoadCann(const std::optional<std::string>& root) {
                                  missing_symbol);
       cann_provider.api = &cann_api;
       cann_provider.origin = "cann:" + dir;
+      cann_provider.handles = handles;
       cann_loaded.store(&cann_provider);
       return dir;
     }
@@ -141,5 +146,57 @@ const Provider* NpuProvider(std::string* error) {
 }
 
 void RouteCpuThroughCann(bool enable) { route_cpu_through_cann.store(enable); }
+
+const OperatorPhases& FindOperator(const Provider& provider, std::string_view name) {
+  // Providers live as long as the process; so do the entries.
+  static std::mutex mutex;
+  static std::map<const Provider*, std::map<std::string, OperatorPhases, std::less<>>> found;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& of_provider = found[&provider];
+  if (auto it = of_provider.find(name); it != of_provider.end()) return it->second;
+  OperatorPhases phases;
+  const std::string second(name), first = second + "GetWorkspaceSize";
+  for (void* h : provider.handles) {
+    if (phases.first_phase == nullptr) phases.first_phase = dlsym(h, first.c_str());
+    if (phases.second_phase == nullptr)
+      phases.second_phase = reinterpret_cast<SecondPhase>(dlsym(h, second.c_str()));
+  }
+  phases.counters = &OperatorCounters(name);
+  return of_provider.emplace(second, phases).first->second;
+}
+
+const Provider* LibraryProvider(const std::string& path, const Provider& platform,
+                                std::string* error) {
+  struct Loaded {
+    Provider provider;
+    AclnnApi api;
+  };
+  static std::map<std::pair<std::string, const Provider*>, std::unique_ptr<Loaded>> loaded;
+  std::lock_guard<std::mutex> lock(load_mutex);
+  auto key = std::make_pair(path, &platform);
+  if (auto it = loaded.find(key); it != loaded.end()) return &it->second->provider;
+  if (path.empty() || path[0] != '/' || path.find('\0') != std::string::npos) {
+    *error = "jax_aclnn: an operator library's path must be absolute, got '" + path + "'";
+    return nullptr;
+  }
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    *error = std::string("jax_aclnn: cannot load the operator library: ") + dlerror();
+    return nullptr;
+  }
+  auto l = std::make_unique<Loaded>();
+  l->provider.handles = {handle};
+  l->provider.handles.insert(l->provider.handles.end(), platform.handles.begin(),
+                             platform.handles.end());
+  std::string missing = Resolve(l->provider.handles, &l->api);
+  if (!missing.empty()) {
+    *error = "jax_aclnn: neither " + path + " nor the " + platform.origin + " provider exports " +
+             missing;
+    return nullptr;
+  }
+  l->provider.api = &l->api;
+  l->provider.origin = "library:" + path;
+  return &loaded.emplace(std::move(key), std::move(l)).first->second->provider;
+}
 
 }  // namespace jax_aclnn

@@ -4,11 +4,14 @@
 #ifndef JAX_ACLNN_FFI_PROVIDER_H_
 #define JAX_ACLNN_FFI_PROVIDER_H_
 
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "aclnn_abi.h"
+#include "ffi/stats.h"
 
 namespace jax_aclnn {
 
@@ -24,8 +27,31 @@ struct AclnnApi {
 // A loaded provider; `api` is null until loading succeeded.
 struct Provider {
   const AclnnApi* api = nullptr;
-  std::string origin;  // "host:<library>" or "cann:<library directory>"
+  std::string origin;  // "host:<library>", "cann:<library directory>" or "library:<path>"
+  std::vector<void*> handles;  // its libraries (dlopen), searched in order
 };
+
+// The second phase, the same for every operator.
+using SecondPhase = aclnnStatus (*)(void* workspace, uint64_t workspaceSize,
+                                    aclOpExecutor* executor, aclrtStream stream);
+
+// An operator's two phases in a provider, looked up by name (dlsym) once
+// and then kept; null where the provider does not export them.
+struct OperatorPhases {
+  void* first_phase = nullptr;  // aclnnXxxGetWorkspaceSize, called through libffi
+  SecondPhase second_phase = nullptr;
+  OpCounters* counters = nullptr;  // runtime_stats()'s of the operator
+};
+const OperatorPhases& FindOperator(const Provider& provider, std::string_view name);
+
+// The provider of a library that exports operators (`path` absolute) on
+// top of `platform`: each symbol is taken from the library if it exports it,
+// else from the platform's provider (a custom operator package on CANN
+// exports its operators only; a complete provider of its own exports the
+// descriptor functions too). Loaded once per library and platform provider.
+// Returns null with `error` set when the library cannot be loaded.
+const Provider* LibraryProvider(const std::string& path, const Provider& platform,
+                                std::string* error);
 
 // Loads the host provider library at `path` (absolute). Returns an error
 // message on failure. Thread-safe; loading again replaces nothing.

@@ -5,8 +5,10 @@
 
 #include <atomic>
 #include <cstdint>
-
-#include "operators.h"
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 namespace jax_aclnn {
 
@@ -16,12 +18,17 @@ struct OpCounters {
 };
 
 struct RuntimeStats {
-  OpCounters calls[kNumOps];
-  std::atomic<int64_t> live_tensors{0};    // aclTensor and aclScalar descriptors
+  std::atomic<int64_t> live_tensors{0};    // aclTensor, aclScalar, array and list descriptors
   std::atomic<int64_t> live_executors{0};  // created and not yet consumed/destroyed
 };
 
 RuntimeStats& Stats();
+
+// The counters of aclnn operator `name` (e.g. "aclnnLogitGrad"), made on
+// first use; they live as long as the process.
+OpCounters& OperatorCounters(std::string_view name);
+// Every operator's counters so far, in the order they were made.
+std::vector<std::pair<std::string, OpCounters*>> AllOperatorCounters();
 
 inline void Count(std::atomic<int64_t>& counter, int64_t delta = 1) {
   counter.fetch_add(delta, std::memory_order_relaxed);

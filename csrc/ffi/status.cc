@@ -10,10 +10,21 @@ ffi::ErrorOr<aclDataType> ToAclDataType(ffi::DataType t) {
     case ffi::DataType::F32: return ACL_FLOAT;
     case ffi::DataType::F16: return ACL_FLOAT16;
     case ffi::DataType::BF16: return ACL_BF16;
+    case ffi::DataType::F64: return ACL_DOUBLE;
+    case ffi::DataType::S8: return ACL_INT8;
+    case ffi::DataType::S16: return ACL_INT16;
+    case ffi::DataType::S32: return ACL_INT32;
+    case ffi::DataType::S64: return ACL_INT64;
+    case ffi::DataType::U8: return ACL_UINT8;
+    case ffi::DataType::U16: return ACL_UINT16;
+    case ffi::DataType::U32: return ACL_UINT32;
+    case ffi::DataType::U64: return ACL_UINT64;
+    case ffi::DataType::PRED: return ACL_BOOL;
     default:
       return ffi::Unexpected(ffi::Error::InvalidArgument(
-          "jax_aclnn: unsupported element type " + std::to_string(static_cast<int>(t)) +
-          "; supported are float32, float16 and bfloat16"));
+          "jax_aclnn: element type " + std::to_string(static_cast<int>(t)) +
+          " has no aclDataType here (supported: floating types but float8, signed and "
+          "unsigned integers, bool)"));
   }
 }
 

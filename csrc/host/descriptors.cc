@@ -131,3 +131,56 @@ aclnnStatus aclDestroyScalar(const aclScalar* scalar) {
 }
 
 }  // extern "C"
+
+namespace {
+
+// An array descriptor holding a copy of `size` values (null `value`: only
+// for an empty array).
+template <typename Array, typename T>
+Array* CreateArray(const char* fn, const T* value, uint64_t size) {
+  if (value == nullptr && size > 0) {
+    jax_aclnn::host::Fail(ACLNN_ERR_PARAM_NULLPTR, "%s: value is a null pointer", fn);
+    return nullptr;
+  }
+  auto* array = new (std::nothrow) Array;
+  if (array == nullptr) return nullptr;
+  array->values.assign(value, value + size);
+  return array;
+}
+
+}  // namespace
+
+extern "C" {
+
+aclIntArray* aclCreateIntArray(const int64_t* value, uint64_t size) {
+  return CreateArray<aclIntArray>("aclCreateIntArray", value, size);
+}
+aclnnStatus aclDestroyIntArray(const aclIntArray* array) {
+  delete array;
+  return ACLNN_SUCCESS;
+}
+aclBoolArray* aclCreateBoolArray(const bool* value, uint64_t size) {
+  return CreateArray<aclBoolArray>("aclCreateBoolArray", value, size);
+}
+aclnnStatus aclDestroyBoolArray(const aclBoolArray* array) {
+  delete array;
+  return ACLNN_SUCCESS;
+}
+aclFloatArray* aclCreateFloatArray(const float* value, uint64_t size) {
+  return CreateArray<aclFloatArray>("aclCreateFloatArray", value, size);
+}
+aclnnStatus aclDestroyFloatArray(const aclFloatArray* array) {
+  delete array;
+  return ACLNN_SUCCESS;
+}
+aclTensorList* aclCreateTensorList(const aclTensor* const* value, uint64_t size) {
+  return CreateArray<aclTensorList>("aclCreateTensorList", value, size);
+}
+aclnnStatus aclDestroyTensorList(const aclTensorList* list) {
+  if (list != nullptr)
+    for (const aclTensor* t : list->values) aclDestroyTensor(t);
+  delete list;
+  return ACLNN_SUCCESS;
+}
+
+}  // extern "C"

@@ -5,6 +5,7 @@
 #define JAX_ACLNN_HOST_DESCRIPTORS_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "aclnn_abi.h"
 #include "host/dtype.h"
@@ -18,6 +19,21 @@ struct aclTensor {
 struct aclScalar {
   double value;
   aclDataType dtype;
+};
+
+// The arrays and tensor lists: copies of the values given (a list owns its
+// tensors, as CANN's does).
+struct aclIntArray {
+  std::vector<int64_t> values;
+};
+struct aclBoolArray {
+  std::vector<bool> values;
+};
+struct aclFloatArray {
+  std::vector<float> values;
+};
+struct aclTensorList {
+  std::vector<const aclTensor*> values;  // owned
 };
 
 namespace jax_aclnn::host {

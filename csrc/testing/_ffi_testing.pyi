@@ -38,7 +38,8 @@ class Handler:
 
     def instantiate(self, attrs: dict) -> CallSite:
         """
-        A call site with attributes {name: (dtype, value)}: runs the INSTANTIATE stage.
+        A call site with attributes {name: value}, a value (dtype, scalar), a 1-D numpy
+        array or a str or bytes (a string): runs the INSTANTIATE stage.
         """
 
 class CallSite:
