@@ -9,6 +9,7 @@ API reference, docs/api.rst, is generated from these docstrings):
 * runtime introspection: :func:`runtime_stats`, :func:`reset_runtime_stats`,
   :func:`load_cann`, :func:`set_executor_reuse`, :func:`build_info`,
   :func:`host_kernel_target`;
+* :func:`declare`: any aclnn operator from its CANN prototype;
 * :func:`reference_path`: the pure-JAX reference path for a block of code;
 * :func:`export_disabled_checks` for :func:`jax.export.export`;
 * with the ``flax`` extra, :mod:`jax_aclnn.flax`: drop-in Flax ``BatchNorm``
@@ -20,6 +21,7 @@ platforms they lower to their pure-JAX definitions.
 """
 
 from jax_aclnn import _loading, _primitive, ops
+from jax_aclnn._declare import declare
 from jax_aclnn._primitive import reference_path
 from jax_aclnn._registration import export_disabled_checks
 from jax_aclnn._runtime import (
@@ -42,6 +44,7 @@ _loading.check_operators(__version__,
 #: The runtime API, then the operators' public functions (``jax_aclnn.ops.__all__``).
 __all__ = [
     "build_info",
+    "declare",
     "export_disabled_checks",
     "host_kernel_target",
     "load_cann",

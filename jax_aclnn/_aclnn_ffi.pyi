@@ -4,20 +4,30 @@
 
 def registrations() -> dict:
     """
-    {target: {platform: {stage: capsule}}} for jax.ffi.register_ffi_target.
+    {platform: {stage: capsule}}: the handlers of every operator's custom-call target, for jax.ffi.register_ffi_target.
     """
 
 def operators() -> dict:
-    """{jax_aclnn function: aclnn operator}, the list of csrc/operators.h."""
+    """
+    {jax_aclnn function: aclnn operator}: the operators the host provider implements, the list of csrc/operators.h.
+    """
+
+def argument_kinds() -> dict:
+    """
+    {kind: (code, C parameter type, what it takes from the attributes)}: the argument kinds of the custom call's 'kinds' attribute (csrc/ffi/arguments.h).
+    """
+
+def provides(name: str, library: str = '') -> bool:
+    """
+    Whether the CPU platform's provider (the host provider; with `library`, that library over it) exports aclnn operator `name`'s two phases. Raises RuntimeError when the library cannot be loaded.
+    """
+
+def add_operator(name: str) -> None:
+    """Lists aclnn operator `name` in stats() from now on (with zero calls)."""
 
 def operator_prototypes() -> dict:
     """
     {jax_aclnn function: its aclnn first phase's prototype}, as csrc/operators.h declares it.
-    """
-
-def operator_attributes() -> dict:
-    """
-    {jax_aclnn function: {attribute: NumPy dtype name}}: the custom call's attributes, as the handlers decode them (csrc/ops/).
     """
 
 def state_type() -> dict:

@@ -24,7 +24,18 @@ import jax
 import jax.numpy as jnp
 from jax.core import ShapedArray
 
-from jax_aclnn import _autodiff, _batching, _checks, _compat, _registration, _sharding, _switches
+from jax_aclnn import (
+    _arguments,
+    _autodiff,
+    _batching,
+    _checks,
+    _compat,
+    _prototype,
+    _registration,
+    _sharding,
+    _switches,
+)
+from jax_aclnn._loading import _aclnn_ffi
 
 
 #: The operators by name (``AclnnPrimitive.name``), in the order their
@@ -36,22 +47,23 @@ class AclnnPrimitive:
     """Base class: one subclass per aclnn operator.
 
     Subclasses set ``name`` (the JAX primitive and public function name),
-    ``aclnn_name`` (the aclnn operator), ``operand_names`` (the public
-    argument names of the operands, for error messages) and ``attributes``
-    (the custom call's attribute schema), and implement ``abstract_eval``,
-    ``reference`` and ``batch``; ``attribute_values``, ``factors``,
-    ``local_call``, ``linear_operand``, ``self_adjoint`` and
-    ``transpose_reference`` when the defaults do not fit.
+    ``aclnn_name`` (the aclnn operator) and ``operand_names`` (the public
+    argument names of the operands, for error messages), and implement
+    ``abstract_eval``, ``reference`` and ``batch``; ``arguments``,
+    ``factors``, ``local_call``, ``linear_operand``, ``self_adjoint`` and
+    ``transpose_reference`` when the defaults do not fit. The operator's
+    first-phase prototype (``prototype``, by default the compiled operator
+    list's) says how the custom call carries its arguments.
     """
 
     name: ClassVar[str]
     aclnn_name: ClassVar[str]
     operand_names: ClassVar[tuple[str, ...]]
-    #: The custom call's attributes: each name the FFI handler decodes, with
-    #: its numpy scalar type (``np.bool_``, ``np.int64``, ``np.float32``,
-    #: ``np.float64``). The C++ attribute struct of the operator declares the
-    #: same (tests/test_build.py compares them).
-    attributes: ClassVar[dict[str, type]]
+    #: Tensor parameters that the prototype prints as ``const aclTensor*``
+    #: but that the operator writes (see :func:`jax_aclnn._prototype.parse`).
+    outputs: ClassVar[tuple[str, ...]] = ()
+    #: "" or the absolute path of a library that exports the operator.
+    library: str = ""
     multiple_results: ClassVar[bool] = False
     #: Operand dtypes CANN's operator refuses: on the NPU platform such
     #: operands are cast to float32 before the call, results cast back.
@@ -71,8 +83,12 @@ class AclnnPrimitive:
     #: verify it there.
     alias_gradient: ClassVar[bool] = False
 
-    def __init__(self) -> None:
+    def __init__(self, prototype: _prototype.Prototype | None = None) -> None:
         self.target = "aclnn_" + self.name
+        #: The parsed first phase: the order and kinds of the custom call's arguments.
+        self.prototype = prototype or _prototype.parse(
+            _aclnn_ffi.operator_prototypes()[self.name], self.outputs)
+        _registration.register_target(self.target)
         p = _compat.Primitive(self.name)
         p.multiple_results = self.multiple_results
         p.def_impl(lambda *args, **params: _compat.apply_primitive(p, *args, **params))
@@ -94,10 +110,12 @@ class AclnnPrimitive:
         """The pure-JAX definition (same arguments and results as the primitive)."""
         raise NotImplementedError
 
-    def attribute_values(self, **params: Any) -> dict[str, Any]:
-        """The value of each of :attr:`attributes` from the primitive's
-        parameters. Default: the parameters of the same names."""
-        return {name: params[name] for name in self.attributes}
+    def arguments(self, **params: Any) -> dict[str, Any]:
+        """The first phase's non-tensor arguments from the primitive's
+        parameters, by the prototype's parameter names (a tensor parameter
+        mapped to None is absent: its operand or result is a placeholder).
+        Default: the parameters of the same names."""
+        return {p.name: params[p.name] for p in self.prototype.attributes}
 
     def batch(self, args: Sequence[Any], dims: Sequence[Any], **params: Any) -> Any:
         raise NotImplementedError
@@ -137,10 +155,9 @@ class AclnnPrimitive:
 
     # --- shared -------------------------------------------------------------
     def ffi_attributes(self, **params: Any) -> dict[str, Any]:
-        """The custom call's attributes: :meth:`attribute_values` as the
-        numpy scalar types of :attr:`attributes`."""
-        values = self.attribute_values(**params)
-        return {name: kind(values[name]) for name, kind in self.attributes.items()}
+        """The custom call's attributes: the operator and its argument list
+        (:func:`jax_aclnn._arguments.encode` of :meth:`arguments`)."""
+        return _arguments.encode(self.prototype, self.arguments(**params), self.library)
 
     def with_linear(self, g: Any, others: Sequence[Any]) -> list[Any]:
         """The operands in order, from the incoming gradient and the others."""
@@ -222,10 +239,15 @@ class AclnnPrimitive:
 
         return _compat.lower_fun(fn, multiple_results=True)(ctx, *args)
 
+    def ffi_platforms(self) -> tuple[str, ...]:
+        """The platforms on which this operator lowers to its custom call
+        (elsewhere: its reference)."""
+        return _registration.handler_platforms()
+
     def _lower(self, ctx: Any, *args: Any, **params: Any) -> Any:
         _registration.ensure_npu_registered()
         rules = {platform: partial(self._lower_ffi, platform=platform)
-                 for platform in _registration.handler_platforms()}
+                 for platform in self.ffi_platforms()}
         reference = _compat.lower_fun(self.reference, multiple_results=self.multiple_results)
         return _compat.lower_per_platform(ctx, self.name, rules, reference, set(), *args, **params)
 

@@ -25,6 +25,8 @@ KINDS = {
     "aclFloatArray*": "float_array",
     "aclTensorList*": "tensor_list",
     "bool": "bool",
+    "int8_t": "int8",
+    "int32_t": "int32",
     "int64_t": "int64",
     "double": "double",
     "float": "float",

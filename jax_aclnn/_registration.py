@@ -22,8 +22,13 @@ def handler_platforms() -> tuple[str, ...]:
     return ("cpu", _switches.npu_platform())
 
 
+#: The custom-call targets, one per operator (``aclnn_<name>``), all served
+#: by the same handlers.
+_targets: list[str] = []
+
+
 def _register_cpu() -> None:
-    """Registers the state type and the targets for JAX's CPU platform.
+    """Registers the state type for JAX's CPU platform.
 
     XLA requires an FFI type to be registered before any handler that uses
     it, while jaxlib, when its CPU backend starts, registers queued handlers
@@ -34,13 +39,24 @@ def _register_cpu() -> None:
     ``jax.distributed.initialize``).
     """
     _compat.register_cpu_ffi_type(STATE_TYPE_NAME, _aclnn_ffi.state_type())
-    for target, per_platform in _aclnn_ffi.registrations().items():
-        jax.ffi.register_ffi_target(target, per_platform["cpu"], platform="cpu")
 
 
 _register_cpu()
+_handlers = _aclnn_ffi.registrations()
 _npu_registered = False
 _npu_lock = threading.Lock()
+
+
+def register_target(target: str) -> None:
+    """Registers an operator's custom-call target with the handlers: for the
+    CPU platform now, for the NPU platform now or when an operator is first
+    lowered (:func:`ensure_npu_registered`)."""
+    with _npu_lock:
+        _targets.append(target)
+        jax.ffi.register_ffi_target(target, _handlers["cpu"], platform="cpu")
+        if _npu_registered:
+            jax.ffi.register_ffi_target(target, _handlers["npu"],
+                                        platform=_switches.npu_platform())
 
 
 def ensure_npu_registered() -> None:
@@ -66,8 +82,8 @@ def ensure_npu_registered() -> None:
         except RuntimeError:
             pass
         _compat.register_ffi_type(STATE_TYPE_NAME, _aclnn_ffi.state_type(), platform=npu)
-        for target, per_platform in _aclnn_ffi.registrations().items():
-            jax.ffi.register_ffi_target(target, per_platform["npu"], platform=npu)
+        for target in _targets:
+            jax.ffi.register_ffi_target(target, _handlers["npu"], platform=npu)
         _npu_registered = True
 
 
@@ -76,9 +92,10 @@ def export_disabled_checks() -> list[jax.export.DisabledSafetyCheck]:
     jax_aclnn operators.
 
     jax.export refuses custom calls outside JAX's own list of targets with
-    compatibility guarantees. jax_aclnn's targets (``aclnn_<operator>``) keep
-    their names and attributes; a process that runs the exported program
-    must import jax_aclnn, which registers them::
+    compatibility guarantees. jax_aclnn's targets (``aclnn_<operator>``,
+    the declared operators' included) keep their names and attributes; a
+    process that runs the exported program must import jax_aclnn, which
+    registers them (and declare the same operators)::
 
         checks = aclnn.export_disabled_checks()
         exported = jax.export.export(jax.jit(f), disabled_checks=checks)(x)
@@ -87,4 +104,4 @@ def export_disabled_checks() -> list[jax.export.DisabledSafetyCheck]:
       One ``jax.export.DisabledSafetyCheck.custom_call`` per jax_aclnn
       custom-call target.
     """
-    return [jax.export.DisabledSafetyCheck.custom_call(t) for t in _aclnn_ffi.registrations()]
+    return [jax.export.DisabledSafetyCheck.custom_call(t) for t in _targets]

@@ -115,7 +115,7 @@ def npu_handler(target: str, api_minor_version: int = 3):
     key = (target, api_minor_version)
     if key not in _handlers:
         type_id = rt.register_type(_registration.STATE_TYPE_NAME, _loading._aclnn_ffi.state_type())
-        handler = rt.Handler(_loading._aclnn_ffi.registrations()[target]["npu"], api_minor_version)
+        handler = rt.Handler(_loading._aclnn_ffi.registrations()["npu"], api_minor_version)
         assert handler.api_version == (0, api_minor_version)
         # what its instantiate stage declares (FFI API 0.1's metadata has no field for it)
         assert handler.state_type_id == (type_id if api_minor_version >= 2 else 0)
@@ -153,6 +153,17 @@ def last_execute() -> tuple[int, int, int]:
     return stream.value or 0, workspace.value or 0, size.value
 
 
+def runtime_attribute(value):
+    """A custom call's attribute as the test runtime takes it: a string (str
+    or bytes, NUL bytes included) or a 1-D numpy array (of its dtype) as it
+    is, a scalar as (dtype name, value)."""
+    if isinstance(value, (str, bytes)) or (isinstance(value, np.ndarray) and value.ndim == 1):
+        return value
+    scalar = np.asarray(value)
+    assert scalar.ndim == 0, f"an attribute is a scalar, a 1-D array or a string, not {value!r}"
+    return scalar.dtype.name, scalar.item()
+
+
 class NpuCall:
     """One custom call site of an operator on the test runtime (of FFI API
     0.``api_minor_version``)."""
@@ -160,8 +171,7 @@ class NpuCall:
     def __init__(self, name: str, *, api_minor_version: int = 3, **params):
         self.op = primitive(name)
         self.params = params
-        attrs = {k: (np.asarray(v).dtype.name, np.asarray(v).item())
-                 for k, v in self.op.ffi_attributes(**params).items()}
+        attrs = {k: runtime_attribute(v) for k, v in self.op.ffi_attributes(**params).items()}
         self.site = npu_handler(self.op.target, api_minor_version).instantiate(attrs)
 
     def __call__(self, device, *args: np.ndarray) -> list[np.ndarray]:
@@ -171,7 +181,12 @@ class NpuCall:
         error = self.site.execute(device, [buffer(a) for a in args], [buffer(r) for r in results])
         if error is not None:
             raise FfiError(*error)
-        stream, _, _ = last_execute()
+        if self.op.library:  # a declared operator's library runs the second phase
+            lib = ctypes.CDLL(self.op.library)
+            lib.jaxAclnnTestLastStream.restype = ctypes.c_void_p
+            stream = lib.jaxAclnnTestLastStream() or 0
+        else:
+            stream, _, _ = last_execute()
         assert stream == device.stream, (hex(stream), hex(device.stream))
         return results
 

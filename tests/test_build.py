@@ -102,7 +102,8 @@ def test_every_header_is_listed_in_bazel():
 def test_every_source_file_is_built():
     on_disk = {str(p.relative_to(ROOT)) for p in (ROOT / "csrc").rglob("*.cc")}
     assert on_disk == (cmake_sources("ACLNN_HOST_SOURCES") | cmake_sources("ACLNN_HOST_KERNEL_SOURCES")
-                       | cmake_sources("ACLNN_FFI_SOURCES") | cmake_sources("ACLNN_TESTING_SOURCES"))
+                       | cmake_sources("ACLNN_FFI_SOURCES") | cmake_sources("ACLNN_TESTING_SOURCES")
+                       | cmake_sources("ACLNN_TEST_PROVIDER_SOURCES"))
 
 
 #: Definitions of CMake options that BUILD leaves off (sanitizers, test hooks),
@@ -251,25 +252,35 @@ def test_default_build_runs_on_any_aarch64_cpu_outside_the_dispatched_kernels():
 
 def test_the_python_operators_are_those_of_the_cpp_operator_list():
     """csrc/operators.h is the one list; every Python operator names its
-    function and aclnn operator as that list does."""
+    function and aclnn operator as that list does, and one handler set
+    serves every operator's target on both platforms."""
     import jax_aclnn  # noqa: F401  (defines the operators)
     from jax_aclnn._loading import _aclnn_ffi
     from jax_aclnn._primitive import AclnnPrimitive
 
-    python = {op.name: op.aclnn_name for op in AclnnPrimitive.__subclasses__()}
+    python = {op.name: op.aclnn_name for op in AclnnPrimitive.__subclasses__()
+              if op.__module__.startswith("jax_aclnn.ops.")}
     assert python == _aclnn_ffi.operators()
-    assert set(_aclnn_ffi.registrations()) == {f"aclnn_{name}" for name in python}
+    assert set(_aclnn_ffi.registrations()) == {"cpu", "npu"}
 
 
-def test_every_operator_declares_its_attributes():
-    """operator_attributes() is the attribute declarations of csrc/ops/, the
-    ones the handlers decode: one entry per operator, NumPy dtype names."""
+def test_every_prototype_parameter_kind_has_an_argument_kind():
+    """Each parameter type a prototype may have (jax_aclnn._prototype.KINDS)
+    encodes as an argument kind of the compiled handler
+    (csrc/ffi/arguments.h), whose codes are distinct."""
+    from jax_aclnn import _arguments, _prototype
     from jax_aclnn._loading import _aclnn_ffi
 
-    attributes = _aclnn_ffi.operator_attributes()
-    assert list(attributes) == list(_aclnn_ffi.operators())
-    for declared in attributes.values():
-        assert declared and set(declared.values()) <= {"bool", "int64", "float32", "float64"}
+    codes = [code for code, _, _ in _aclnn_ffi.argument_kinds().values()]
+    assert len(set(codes)) == len(codes)
+    values = {"scalar": 1.5, "bool": True, "int8": 1, "int32": 2, "int64": 3, "double": 0.5,
+              "float": 0.25, "int_array": [1], "bool_array": [True], "float_array": [0.5],
+              "string": "s", "tensor_list": 2, "tensor": True}
+    for ctype, kind in _prototype.KINDS.items():
+        proto = _prototype.parse(f"aclnnXGetWorkspaceSize(const {ctype} p, uint64_t "
+                                 f"*workspaceSize, aclOpExecutor **executor)")
+        attrs = _arguments.encode(proto, {"p": values[kind]})
+        assert list(attrs["kinds"]) and set(attrs["kinds"]) <= set(codes), ctype
 
 
 def logit_grad_call(**attrs):
@@ -281,39 +292,47 @@ def logit_grad_call(**attrs):
     return jax.ffi.ffi_call("aclnn_logit_grad", jax.ShapeDtypeStruct(x.shape, x.dtype))(x, x, **attrs)
 
 
-def test_the_handlers_decode_the_declared_attributes():
-    np.testing.assert_array_equal(logit_grad_call(eps=np.float64(0.1)), np.full(4, 2.0, np.float32))
+def logit_grad_attributes(eps=0.1):
+    import jax_aclnn
+
+    return jax_aclnn.ops.primitive("logit_grad").ffi_attributes(eps=eps)
 
 
-@pytest.mark.parametrize("attrs", [
-    {"epsilon": np.float64(0.1)},                     # another name
-    {"eps": np.float32(0.1)},                         # another type
-    {"eps": np.float64(0.1), "beta": np.float32(1)},  # one more
-    {},                                               # one fewer
+def test_the_handlers_decode_the_argument_list():
+    np.testing.assert_array_equal(logit_grad_call(**logit_grad_attributes()),
+                                  np.full(4, 2.0, np.float32))
+
+
+@pytest.mark.parametrize("change", [
+    {"epsilon": np.float64(0.1)},                     # one more
+    {"kinds": None},                                  # one fewer
+    {"ints": np.zeros(1, np.float64)},                # another type
 ])
-def test_the_handlers_refuse_attributes_other_than_declared(attrs):
-    """A custom call whose attributes differ from the operator's declaration
-    in name, type or number fails to decode (INVALID_ARGUMENT), never runs."""
+def test_the_handlers_refuse_attributes_other_than_theirs(change):
+    """A custom call whose attributes differ from the handler's in name, type
+    or number fails to decode (INVALID_ARGUMENT), never runs."""
     import jax
 
+    attrs = {**logit_grad_attributes(), **change}
+    attrs = {k: v for k, v in attrs.items() if v is not None}
     with pytest.raises(Exception, match="INVALID_ARGUMENT.*decode"):
         jax.block_until_ready(logit_grad_call(**attrs))
 
 
-def test_the_attribute_schemas_are_those_of_the_cpp_attribute_structs():
-    """Each operator's attribute names and types are declared once per
-    language: ``AclnnPrimitive.attributes`` in Python, the operator's
-    attribute struct in C++ (exported as numpy dtype names by
-    ``_aclnn_ffi.operator_attributes()``); they must agree."""
-    import numpy as np
+@pytest.mark.parametrize("change,message", [
+    ({"kinds": np.array([0, 0, 8], np.int64), "floats": np.zeros(0)}, "fewer values"),
+    ({"kinds": np.array([0, 8, 1], np.int64)}, "buffers are not those its 'kinds' take"),
+    ({"kinds": np.array([0, 8, 1, 1], np.int64)}, "fewer results"),
+    ({"kinds": np.array([0, 0, 8, 99], np.int64)}, "unknown argument kind 99"),
+    ({"operator": "aclnnNoSuchOperator"}, "does not export aclnnNoSuchOperator"),
+])
+def test_the_handlers_refuse_an_argument_list_that_does_not_fit(change, message):
+    """An argument list that takes more values or buffers than the call has,
+    or names an operator the provider lacks, is an error, never a call."""
+    import jax
 
-    import jax_aclnn  # noqa: F401  (defines the operators)
-    from jax_aclnn._loading import _aclnn_ffi
-    from jax_aclnn._primitive import OPERATORS
-
-    python = {name: {k: np.dtype(t).name for k, t in op.attributes.items()}
-              for name, op in OPERATORS.items()}
-    assert python == _aclnn_ffi.operator_attributes()
+    with pytest.raises(Exception, match=message):
+        jax.block_until_ready(logit_grad_call(**{**logit_grad_attributes(), **change}))
 
 
 #: CPUs a native build (JAX_ACLNN_NATIVE_ARCH=ON, -march=native) may target,

@@ -95,10 +95,10 @@ def test_provider_status_reaches_python_with_code_and_message():
     live_before = aclnn.runtime_stats()["live_tensors"]
     call = jax.ffi.ffi_call("aclnn_smooth_l1_loss_backward", jax.ShapeDtypeStruct((2, 3), np.float32))
     with pytest.raises(Exception, match=r"aclnnSmoothL1LossBackwardGetWorkspaceSize failed: aclnnStatus 161002 \(ACLNN_ERR_PARAM_INVALID\): .*reduction must be 0"):
-        jax.jit(lambda x: call(x, x, x, reduction=np.int64(7), beta=np.float32(1)))(F).block_until_ready()
+        jax.jit(lambda x: call(x, x, x, **aclnn.ops.primitive("smooth_l1_loss_backward").ffi_attributes(reduction=7, beta=1.0)))(F).block_until_ready()
     wrong = jax.ffi.ffi_call("aclnn_logit_grad", jax.ShapeDtypeStruct((3, 2), np.float32))
     with pytest.raises(Exception, match=r"aclnnStatus 161002 .*out has shape \[3,2\]"):
-        jax.jit(lambda x: wrong(x, x, eps=np.float64(-1)))(F).block_until_ready()
+        jax.jit(lambda x: wrong(x, x, **aclnn.ops.primitive("logit_grad").ffi_attributes(eps=-1.0)))(F).block_until_ready()
     # nothing of the failed calls stays alive
     assert aclnn.runtime_stats()["live_tensors"] == live_before
 
@@ -231,9 +231,19 @@ def test_an_unsupported_dtype_is_a_type_error_naming_the_argument(name, index, b
         FUNCTIONS[name](*args)
 
 
-#: The float32 attributes of the operators (their primitives' schemas), by name.
-FLOAT32_NAMES = {a for op in OPERATORS for a, kind in primitive(op).attributes.items()
-                 if kind is np.float32}
+#: The keyword names of the operators' float32 attributes: SmoothL1LossBackward's
+#: float beta, the float32 aclScalars lambd and betaOptional (swish's beta).
+FLOAT32_NAMES = {"beta", "lambd"}
+
+
+def test_the_float32_attributes_are_the_prototypes():
+    """FLOAT32_NAMES covers every float and aclScalar parameter of the
+    operators' prototypes (each operator's keyword arguments of those
+    names; logit_grad's eps is a double)."""
+    for op in OPERATORS:
+        floats = [p for p in primitive(op).prototype.attributes if p.kind in ("float", "scalar")]
+        keywords = [a for a in inspect.signature(FUNCTIONS[op]).parameters if a in FLOAT32_NAMES]
+        assert len(floats) == len(keywords), (op, floats, keywords)
 FLOAT32_ATTRIBUTES = [(name, a) for name, fn in sorted(FUNCTIONS.items())
                       for a in inspect.signature(fn).parameters if a in FLOAT32_NAMES]
 

@@ -29,8 +29,8 @@ _REPEATED_FAILURES = textwrap.dedent(
     assert aclnn.set_executor_reuse(True) is True
     logit = jax.ffi.ffi_call("aclnn_logit_grad", jax.ShapeDtypeStruct((2, 3), np.float32))
     shrink = jax.ffi.ffi_call("aclnn_hardshrink_backward", jax.ShapeDtypeStruct((2, 3), np.float32))
-    logit_site = jax.jit(lambda x, dy: logit(x, dy, eps=np.float64(-1)))
-    shrink_site = jax.jit(lambda g, x: shrink(g, x, lambd=np.float32(0.5)))
+    logit_site = jax.jit(lambda x, dy: logit(x, dy, **aclnn.ops.primitive("logit_grad").ffi_attributes(eps=-1.0)))
+    shrink_site = jax.jit(lambda g, x: shrink(g, x, **aclnn.ops.primitive("hardshrink_backward").ffi_attributes(lambd=0.5)))
     x = np.full((2, 3), 0.25, np.float32)
     bad = np.ones((3, 2), np.float32)
     live = lambda: (aclnn.runtime_stats()["live_tensors"], aclnn.runtime_stats()["live_executors"])
@@ -64,7 +64,7 @@ def test_parameter_errors_are_invalid_argument_with_operator_call_status_and_tex
     wrong = jax.ffi.ffi_call("aclnn_logit_grad", jax.ShapeDtypeStruct((3, 2), np.float32))
     x = np.ones((2, 3), np.float32)
     with pytest.raises(jax.errors.JaxRuntimeError) as e:
-        jax.jit(lambda x: wrong(x, x, eps=np.float64(-1)))(x).block_until_ready()
+        jax.jit(lambda x: wrong(x, x, **aclnn.ops.primitive("logit_grad").ffi_attributes(eps=-1.0)))(x).block_until_ready()
     assert str(e.value).startswith(
         "INVALID_ARGUMENT: aclnnLogitGradGetWorkspaceSize failed: aclnnStatus 161002 "
         "(ACLNN_ERR_PARAM_INVALID): aclnnLogitGrad: out has shape [3,2]"), str(e.value)

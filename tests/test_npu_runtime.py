@@ -330,6 +330,32 @@ def _check_npu_calls_fail_without_cann() -> str:
     return messages[0]
 
 
+def _check_declared_operator_on_npu() -> None:
+    """A declared operator (aclnnSoftplusBackward) on the NPU handler: the test
+    provider library (csrc/testing/test_provider.cc) implements it on top of
+    the stand-in CANN; the result equals PyTorch's CPU kernel, and the call
+    site's executor is reused."""
+    import torch
+
+    from test_declare import LIBRARY, SOFTPLUS_BACKWARD, softplus_backward_reference
+
+    aclnn.declare(SOFTPLUS_BACKWARD, softplus_backward_reference, name="softplus_backward_npu",
+                  library=LIBRARY, elementwise=True)
+    device, rng = rt.Device(), np.random.default_rng(SEED)
+    call = NpuCall("softplus_backward_npu", beta=0.5, threshold=2.0, absent=(), list_sizes=())
+    aclnn.reset_runtime_stats()
+    for step in range(3):
+        x = rng.normal(0, 10, (7, 5)).astype(np.float32)
+        g = rng.normal(0, 1, x.shape).astype(np.float32)
+        (out,) = call(device, g, x)
+        expected = torch.ops.aten.softplus_backward(torch.from_numpy(g), torch.from_numpy(x), 0.5,
+                                                    2.0).numpy()
+        np.testing.assert_allclose(out, expected, rtol=2e-6, atol=1e-7)
+    calls = aclnn.runtime_stats()["calls"]["aclnnSoftplusBackward"]
+    assert calls == {"get_workspace_size": 1, "execute": 3}, calls
+    call.free()
+
+
 # ----- the tests ---------------------------------------------------------------
 
 
@@ -338,6 +364,11 @@ def _check_npu_calls_fail_without_cann() -> str:
 def test_operator_on_npu_handler_equals_cpu_path(npu, name, dtype):
     checked = npu.run(_check_operator_matches_cpu_path, name, dtype)
     assert checked >= (32 if name == "batch_norm_reduce_backward" else 2)
+
+
+def test_declared_operator_on_the_npu_handler_equals_torch(npu):
+    pytest.importorskip("torch")  # (not in .ci/aarch64's emulated venv)
+    npu.run(_check_declared_operator_on_npu)
 
 
 def test_workspace_comes_from_the_scratch_allocator_and_is_freed(npu):

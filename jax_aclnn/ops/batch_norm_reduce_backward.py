@@ -10,6 +10,7 @@ import numpy as np
 from jax.core import ShapedArray
 
 from jax_aclnn import _checks, _compat
+from jax_aclnn._arguments import ABSENT
 from jax_aclnn._batching import batch_size, merged_shapes
 from jax_aclnn._compat import not_mapped
 from jax_aclnn._primitive import AclnnPrimitive
@@ -47,8 +48,14 @@ class BatchNormReduceBackward(AclnnPrimitive):
     npu_float32_dtypes = (jnp.dtype(jnp.bfloat16),)
     self_adjoint = False  # sums: the transpose broadcasts
 
-    attributes = {"has_weight": np.bool_, "input_g": np.bool_, "weight_g": np.bool_,
-                  "bias_g": np.bool_}
+    def arguments(self, *, has_weight, input_g, weight_g, bias_g):
+        # An absent weight and the masked outputs are placeholders in the
+        # custom call, null pointers for aclnn.
+        wanted = dict(zip(("sumDy", "sumDyXmu", "gradWeight", "gradBias"),
+                          _wanted(input_g, weight_g, bias_g)))
+        return {"inputG": input_g, "weightG": weight_g, "biasG": bias_g,
+                "weight": True if has_weight else ABSENT,
+                **{name: ABSENT for name, w in wanted.items() if not w}}
 
     def abstract_eval(self, g, x, mean, invstd, weight, *, has_weight, input_g, weight_g, bias_g):
         channels = x.shape[1]

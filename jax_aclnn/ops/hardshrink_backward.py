@@ -30,7 +30,6 @@ class HardshrinkBackward(AclnnPrimitive):
     aclnn_name = "aclnnHardshrinkBackward"
     operand_names = ("grad_output", "input")
     alias_gradient = True
-    attributes = {"lambd": np.float32}
 
     def abstract_eval(self, g, x, *, lambd):
         return ShapedArray(jnp.broadcast_shapes(g.shape, x.shape), x.dtype)

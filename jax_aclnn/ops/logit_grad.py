@@ -22,7 +22,7 @@ class LogitGrad(AclnnPrimitive):
     operand_names = ("x", "dy")
     alias_gradient = True
     linear_operand = 1  # dy
-    attributes = {"eps": np.float64}
+    outputs = ("out",)  # CANN's prototype prints it as const aclTensor*
 
     def abstract_eval(self, x, dy, *, eps):
         return ShapedArray(x.shape, x.dtype)

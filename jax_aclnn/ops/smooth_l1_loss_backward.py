@@ -37,7 +37,6 @@ class SmoothL1LossBackward(AclnnPrimitive):
     aclnn_name = "aclnnSmoothL1LossBackward"
     operand_names = ("grad_out", "input", "target")
     alias_gradient = True
-    attributes = {"reduction": np.int64, "beta": np.float32}
 
     def abstract_eval(self, g, x, y, *, reduction, beta):
         return ShapedArray(jnp.broadcast_shapes(g.shape, x.shape, y.shape), x.dtype)

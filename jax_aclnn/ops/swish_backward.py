@@ -20,7 +20,6 @@ class SwishBackward(AclnnPrimitive):
     aclnn_name = "aclnnSwishBackward"
     operand_names = ("grad_output", "input")
     alias_gradient = True
-    attributes = {"has_beta": np.bool_, "beta": np.float32}
 
     def abstract_eval(self, g, x, *, beta):
         return ShapedArray(x.shape, x.dtype)
@@ -31,8 +30,8 @@ class SwishBackward(AclnnPrimitive):
         s = jax.nn.sigmoid(bx)
         return (g.astype(jnp.float32) * s * (1.0 + bx * (1.0 - s))).astype(x.dtype)
 
-    def attribute_values(self, *, beta):
-        return {"has_beta": beta is not None, "beta": beta or 0.0}
+    def arguments(self, *, beta):
+        return {"betaOptional": None if beta is None else np.float32(beta)}
 
     def batch(self, args, dims, *, beta):
         return self.bind(*batch_same_shape(args, dims), beta=beta), 0
