@@ -141,3 +141,19 @@ def test_returns_sections_are_prose():
         if returns and ":" in LITERAL.sub("", returns[1]):
             typed.append(f"{name}: {returns[1]!r}")
     assert not typed, f"Returns sections read as a type: {typed}"
+
+
+def test_the_declaring_page_runs_as_written():
+    """docs/declaring.md's Python blocks, run in order in one namespace as a
+    user copies them: the softplus training step (its reference on this CPU,
+    whose host provider lacks aclnnSoftplusBackward) and the RmsNorm pair."""
+    import jax
+
+    text = (ROOT / "docs" / "declaring.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) == 2
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "docs/declaring.md", "exec"), namespace)  # noqa: S102
+    assert jax.tree.leaves(namespace["grads"])[0].shape == (4, 2)
+    assert namespace["y"].shape == (4, 8) and namespace["rstd"].shape == (4, 1)
