@@ -52,6 +52,35 @@ def scalar_dtype(value: Any) -> np.dtype:
     return dtype
 
 
+#: The ranges of the integer kinds and of float32: a value beyond them is
+#: refused (C's conversion would wrap it, or is undefined for a float).
+_INT_RANGES = {"int8": 8, "int32": 32, "int64": 64}
+#: The parameter kind an aclScalar's value is checked as, by its dtype.
+_SCALAR_VALUE_KINDS = {"float32": "float", "float64": "double", "int64": "int64",
+                       "int32": "int32", "int8": "int8", "bool": "bool"}
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _checked(prototype: Prototype, name: str, kind: str, value: Any) -> Any:
+    """``value`` as the Python number a parameter of ``kind`` takes, or a
+    ValueError naming the operator and parameter when it lies beyond the
+    kind's range."""
+    if kind == "float":
+        v = float(value)
+        if np.isfinite(v) and abs(v) > _FLOAT32_MAX:
+            raise ValueError(f"{prototype.name}: {name}={value!r} is beyond float32's range")
+        return v
+    if kind == "double":
+        return float(value)
+    if kind == "bool":
+        return int(bool(value))
+    v = int(value)
+    bits = _INT_RANGES[kind]
+    if not -(2 ** (bits - 1)) <= v < 2 ** (bits - 1):
+        raise ValueError(f"{prototype.name}: {name}={value!r} is beyond int{bits}_t's range")
+    return v
+
+
 def encode(prototype: Prototype, values: Mapping[str, Any], library: str = "") -> dict[str, Any]:
     """The custom call's attributes for ``prototype``'s operator.
 
@@ -84,22 +113,21 @@ def encode(prototype: Prototype, values: Mapping[str, Any], library: str = "") -
             dtype = scalar_dtype(value)
             kinds.append(KIND["kScalar"])
             ints.append(_ACL_DTYPES[dtype])
-            if dtype.kind == "f":
-                floats.append(float(value))
-            else:
-                ints.append(int(value))
+            checked = _checked(prototype, p.name, _SCALAR_VALUE_KINDS[dtype.name], value)
+            (floats if dtype.kind == "f" else ints).append(checked)
         elif p.kind in _SCALAR_KINDS:
             kinds.append(KIND[_SCALAR_KINDS[p.kind]])
             (floats if p.kind in ("double", "float") else ints).append(
-                float(value) if p.kind in ("double", "float") else int(value))
+                _checked(prototype, p.name, p.kind, value))
         elif p.kind in _ARRAY_KINDS:
             seq = list(value)
             kinds.append(KIND[_ARRAY_KINDS[p.kind]])
             ints.append(len(seq))
             if p.kind == "float_array":
-                floats.extend(float(v) for v in seq)
+                floats.extend(_checked(prototype, p.name, "float", v) for v in seq)
             else:
-                ints.extend(int(v) for v in seq)
+                kind = "bool" if p.kind == "bool_array" else "int64"
+                ints.extend(_checked(prototype, p.name, kind, v) for v in seq)
         elif p.kind == "string":
             data = value.encode() if isinstance(value, str) else bytes(value)
             if b"\0" in data:

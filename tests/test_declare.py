@@ -13,16 +13,20 @@ aclnnRmsNormGrad, checked against PyTorch's CPU kernel and float64 NumPy.
 from __future__ import annotations
 
 import ctypes
-from pathlib import Path
+import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import jax_aclnn as aclnn
+from jax_aclnn import _loading
 
-LIBRARY = Path(aclnn.__file__).parent / "libaclnn_test_provider.so"
+#: Beside the compiled extension (a source checkout imports an installed build's).
+LIBRARY = _loading.PACKAGE_DIR / "libaclnn_test_provider.so"
 pytestmark = pytest.mark.skipif(not LIBRARY.exists(),
                                 reason="the test provider is built with JAX_ACLNN_TESTING=ON")
 
@@ -69,6 +73,42 @@ def test_every_argument_kind_arrives_as_declared():
         "tensor(f32,[2,3]); null; scalar(i64,3); null; true; -5; 0.10000000000000001; "
         "0.100000001; ints[1,2,3]; bools[true,false]; floats[1.5,2]; "
         "list[tensor(f16,[4]),tensor(f32,[2,3])]; \"fast\"; -3; 2147483647; tensor(f32,[2,3])"]
+
+
+INT64 = st.integers(-2**63, 2**63 - 1)
+# No subnormals: XLA's CPU threads, where the handler and the provider run,
+# flush them to zero (as XLA's own code on them does).
+FLOAT32 = st.floats(width=32, allow_nan=False, allow_subnormal=False)
+FLOAT64 = st.floats(allow_nan=False, allow_subnormal=False)
+
+
+@settings(max_examples=int(os.environ.get("JAX_ACLNN_FUZZ_EXAMPLES", "40")), deadline=None)
+@given(flag=st.booleans(), count=INT64, ratio=FLOAT64, scale=FLOAT32,
+       alpha=st.one_of(FLOAT32.map(np.float32), FLOAT64.map(np.float64),
+                       INT64.map(np.int64), st.booleans().map(np.bool_)),
+       dims=st.lists(INT64, max_size=9), mask=st.lists(st.booleans(), max_size=9),
+       weights=st.lists(FLOAT32, max_size=9),
+       mode=st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=12),
+       cube=st.integers(-128, 127), group=st.integers(-2**31, 2**31 - 1))
+def test_fuzz_the_argument_list_against_what_arrives(flag, count, ratio, scale, alpha, dims, mask,
+                                                      weights, mode, cube, group):
+    """Property: whatever the values, the first phase receives exactly them
+    (C's printf formats of the values, computed here from the values)."""
+    recorded()
+    x = np.zeros((1,), np.float32)
+    ALL_KINDS(x, None, [x], alpha=alpha, betaOptional=None, flag=flag, count=count, ratio=ratio,
+              scale=scale, dims=dims, mask=mask, weights=weights, mode=mode, cubeMathType=cube,
+              group=group)
+    boolean = lambda b: "true" if b else "false"  # noqa: E731
+    acl = {np.float32: "f32", np.float64: "f64", np.int64: "i64", np.bool_: "bool"}[type(alpha)]
+    alpha_text = (boolean(alpha) if isinstance(alpha, np.bool_) else
+                  "%.17g" % alpha if isinstance(alpha, np.floating) else str(int(alpha)))
+    assert recorded() == ["; ".join([
+        "tensor(f32,[1])", "null", f"scalar({acl},{alpha_text})", "null", boolean(flag),
+        str(count), "%.17g" % ratio, "%.9g" % scale, f"ints[{','.join(map(str, dims))}]",
+        f"bools[{','.join(map(boolean, mask))}]",
+        f"floats[{','.join('%.9g' % w for w in weights)}]", "list[tensor(f32,[1])]",
+        f'"{mode}"', str(cube), str(group), "tensor(f32,[1])"])]
 
 
 MANY_POINTERS = aclnn.declare(
@@ -120,8 +160,20 @@ SOFTPLUS_BACKWARD = (
 softplus_backward = aclnn.declare(SOFTPLUS_BACKWARD, softplus_backward_reference,
                                   name="softplus_backward_test", library=LIBRARY,
                                   elementwise=True)
-softplus_backward_nowhere = aclnn.declare(SOFTPLUS_BACKWARD, softplus_backward_reference,
-                                          name="softplus_backward_nowhere", elementwise=True)
+
+
+def gelu_backward_reference(gradOutput, self):
+    cdf = 0.5 * (1 + jax.lax.erf(self / np.sqrt(2)))
+    return gradOutput * (cdf + self * jnp.exp(-0.5 * self * self) / np.sqrt(2 * np.pi))
+
+
+#: An operator no provider on this CPU has (the host provider implements
+#: others; no library is given).
+gelu_backward_nowhere = aclnn.declare(
+    "aclnnStatus aclnnGeluBackwardGetWorkspaceSize(const aclTensor *gradOutput, "
+    "const aclTensor *self, aclTensor *gradInput, uint64_t *workspaceSize, "
+    "aclOpExecutor **executor)", gelu_backward_reference, name="gelu_backward_nowhere",
+    elementwise=True)
 
 
 def torch_softplus_backward(g, x, beta, threshold):
@@ -145,10 +197,16 @@ def test_softplus_backward_in_the_test_provider_equals_torch(rng):
 
 
 def test_without_a_provider_the_reference_runs(rng):
+    torch = pytest.importorskip("torch")  # (not in .ci/aarch64's emulated venv)
     x = rng.normal(0, 3, (8,)).astype(np.float32)
-    f = jax.jit(lambda g, x: softplus_backward_nowhere(g, x, beta=1.0, threshold=20.0))
+    f = jax.jit(gelu_backward_nowhere)
+    assert not _loading._aclnn_ffi.provides("aclnnGeluBackward")
     assert "custom_call" not in f.lower(x, x).as_text()
-    np.testing.assert_allclose(f(x, x), torch_softplus_backward(x, x, 1.0, 20.0), rtol=2e-6)
+    aclnn.reset_runtime_stats()
+    expected = torch.ops.aten.gelu_backward(torch.from_numpy(x), torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(f(x, x), expected, rtol=2e-6, atol=1e-6)
+    assert aclnn.runtime_stats()["calls"]["aclnnGeluBackward"] == {"get_workspace_size": 0,
+                                                                  "execute": 0}
 
 
 def test_declared_operator_under_every_transformation(rng):
@@ -322,3 +380,22 @@ def test_other_declared_operators_are_replicated_under_sharding(rng, axis_type):
         got = fn(*sharded)
     for u, v in zip(got, fn(dy, x, rstd, gamma)):
         np.testing.assert_array_equal(u, v)
+
+
+@pytest.mark.parametrize("change,match", [
+    ({"scale": 1e39}, r"scale=1e\+39 is beyond float32's range"),
+    ({"weights": [1.0, -1e39]}, r"weights=-1e\+39 is beyond float32's range"),
+    ({"alpha": 3.5e38}, r"alpha=3.5e\+38 is beyond float32's range"),
+    ({"cubeMathType": 128}, r"cubeMathType=128 is beyond int8_t's range"),
+    ({"group": -2**31 - 1}, r"group=-2147483649 is beyond int32_t's range"),
+    ({"count": 2**63}, r"count=9223372036854775808 is beyond int64_t's range"),
+    ({"dims": [2**64]}, r"dims=18446744073709551616 is beyond int64_t's range"),
+])
+def test_a_value_beyond_its_c_type_is_a_value_error(change, match):
+    """C's conversion would wrap an integer or be undefined for a float
+    beyond float's range: refused when traced, naming the parameter."""
+    x = np.zeros((1,), np.float32)
+    args = dict(alpha=1.0, betaOptional=None, flag=True, count=1, ratio=1.0, scale=1.0, dims=[1],
+                mask=[True], weights=[1.0], mode="m", cubeMathType=0, group=0)
+    with pytest.raises(ValueError, match=match):
+        ALL_KINDS(x, None, [x], **{**args, **change})

@@ -231,15 +231,16 @@ def test_an_unsupported_dtype_is_a_type_error_naming_the_argument(name, index, b
         FUNCTIONS[name](*args)
 
 
-#: The keyword names of the operators' float32 attributes: SmoothL1LossBackward's
-#: float beta, the float32 aclScalars lambd and betaOptional (swish's beta).
-FLOAT32_NAMES = {"beta", "lambd"}
+#: The keyword names of the operators' float32 attributes: their prototypes'
+#: float and aclScalar parameters (float32 scalars), named as the keyword
+#: arguments are (swish_backward's betaOptional is its beta).
+FLOAT32_NAMES = {p.name.removesuffix("Optional") for op in OPERATORS
+                 for p in primitive(op).prototype.attributes if p.kind in ("float", "scalar")}
 
 
-def test_the_float32_attributes_are_the_prototypes():
-    """FLOAT32_NAMES covers every float and aclScalar parameter of the
-    operators' prototypes (each operator's keyword arguments of those
-    names; logit_grad's eps is a double)."""
+def test_the_float32_attributes_are_keyword_arguments():
+    """Each float32 attribute of a prototype is a keyword argument of its
+    operator's function (logit_grad's eps is a double)."""
     for op in OPERATORS:
         floats = [p for p in primitive(op).prototype.attributes if p.kind in ("float", "scalar")]
         keywords = [a for a in inspect.signature(FUNCTIONS[op]).parameters if a in FLOAT32_NAMES]

@@ -42,9 +42,13 @@ struct CachedExecutor {
   aclOpExecutor* executor = nullptr;
 };
 
-// Per call site: its cached executor, once one call has made it.
+// Per call site: the operator it calls, once looked up for a platform's
+// provider, and its cached executor, once one call has made it.
 struct CallState {
   static ffi::TypeId id;
+  const Provider* platform = nullptr;  // the provider `api` and `phases` were found for
+  const AclnnApi* api = nullptr;       // the platform's, or a library's over it
+  const OperatorPhases* phases = nullptr;
   std::unique_ptr<CachedExecutor> cached;
   bool refused = false;            // the provider refused repeatability
   std::atomic<bool> busy{false};   // a concurrent call falls back to one-shot

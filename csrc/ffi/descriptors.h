@@ -104,7 +104,7 @@ class Descriptors {
     const int first = num_tensors_ - n;
     auto list = Other<aclTensorList>("aclCreateTensorList", api_->aclCreateTensorList,
                                      api_->aclDestroyTensorList,
-                                     const_cast<const aclTensor* const*>(&tensors_[first]),
+                                     const_cast<const aclTensor* const*>(tensors_ + first),
                                      static_cast<uint64_t>(n));
     if (list.has_value())
       for (int i = first; i < num_tensors_; ++i) listed_[i] = true;
@@ -150,10 +150,12 @@ class Descriptors {
                                        " descriptors than one call takes");
   }
 
+  // Only the first num_tensors_ (num_others_) entries are set: no call pays
+  // for clearing the rest.
   const AclnnApi* api_;
-  std::array<aclTensor*, kMaxTensors> tensors_{};
-  std::array<bool, kMaxTensors> listed_{};  // owned by a tensor list
-  std::array<Owned, kMaxOtherDescriptors> others_{};
+  aclTensor* tensors_[kMaxTensors];
+  bool listed_[kMaxTensors];  // owned by a tensor list
+  Owned others_[kMaxOtherDescriptors];
   int num_tensors_ = 0, num_others_ = 0;
 };
 

@@ -43,7 +43,9 @@ namespace ffi = xla::ffi;
 
 namespace jax_aclnn {
 
-// The custom call's attributes (ffi/arguments.h).
+// The custom call's attributes (ffi/arguments.h). Bound one by one, in
+// their sorted order: XLA FFI then decodes each by its index, where a struct
+// of attributes is looked up by name on every call.
 struct CallAttributes {
   ffi::Span<const double> floats;
   ffi::Span<const int64_t> ints;
@@ -52,21 +54,6 @@ struct CallAttributes {
   std::string_view op;  // the attribute "operator"
   std::string_view strings;
 };
-
-}  // namespace jax_aclnn
-
-XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(::jax_aclnn::CallAttributes,
-                                      ::xla::ffi::StructMember<::xla::ffi::Span<const double>>(
-                                          "floats"),
-                                      ::xla::ffi::StructMember<::xla::ffi::Span<const int64_t>>(
-                                          "ints"),
-                                      ::xla::ffi::StructMember<::xla::ffi::Span<const int64_t>>(
-                                          "kinds"),
-                                      ::xla::ffi::StructMember<std::string_view>("library"),
-                                      ::xla::ffi::StructMember<std::string_view>("operator"),
-                                      ::xla::ffi::StructMember<std::string_view>("strings"));
-
-namespace jax_aclnn {
 
 RuntimeStats& Stats() {
   static RuntimeStats stats;
@@ -162,13 +149,14 @@ constexpr int kMaxArrayValues = 256;  // bool and float array values of one call
 
 // The first phase's arguments of one call and what they are made of: the
 // descriptors (in `d`), the input and output tensor parameters' descriptors
-// by index, the bool and float arrays' values.
+// by index, the bool and float arrays' values. Only the entries made are
+// set (the arrays are not cleared on every call).
 struct Built {
   explicit Built(Descriptors& descriptors) : d(descriptors) {}
   Descriptors& d;
   Arguments args;
-  aclTensor* inputs[kMaxTensors] = {};
-  aclTensor* outputs[kMaxTensors] = {};
+  aclTensor* inputs[kMaxTensors];
+  aclTensor* outputs[kMaxTensors];
   int num_inputs = 0, num_outputs = 0;
   bool has_lists = false;  // tensor lists: executors are not re-targeted
   bool bools[kMaxArrayValues];
@@ -464,28 +452,52 @@ ffi::Error RunCached(const Call& c, const Operator& op, aclrtStream stream,
                  workspace);
 }
 
-template <typename Workspace>
-ffi::Error Run(const Call& c, const Provider& platform, aclrtStream stream,
-               const Workspace& workspace, CallState* state) {
+// The operator of the call's attributes in the platform's provider (or in
+// the library they name, over it).
+ffi::ErrorOr<Operator> Find(const Call& c, const Provider& platform) {
   const Provider* p = &platform;
   std::string error;
   if (!c.attrs.library.empty() &&
       (p = LibraryProvider(std::string(c.attrs.library), platform, &error)) == nullptr)
-    return ffi::Error(ffi::ErrorCode::kFailedPrecondition, error);
-  const Operator op{c.attrs.op, p->api, &FindOperator(*p, c.attrs.op)};
-  if (op.phases->first_phase == nullptr || op.phases->second_phase == nullptr)
-    return ffi::Error(ffi::ErrorCode::kUnimplemented,
-                      "jax_aclnn: the aclnn provider (" + p->origin + ") does not export " +
-                          std::string(c.attrs.op) +
-                          (op.phases->first_phase ? "" : "GetWorkspaceSize"));
-  if (state == nullptr || !op.api->supports_executor_reuse ||
-      !executor_reuse.load(std::memory_order_relaxed) ||
-      state->busy.exchange(true, std::memory_order_acquire))
-    return RunOneShot(c, op, stream, workspace);
-  const bool reusable =
-      !state->refused && (state->cached == nullptr || state->cached->api == op.api);
-  ffi::Error e = reusable ? RunCached(c, op, stream, workspace, *state)
-                          : RunOneShot(c, op, stream, workspace);
+    return ffi::Unexpected(ffi::Error(ffi::ErrorCode::kFailedPrecondition, error));
+  const OperatorPhases& phases = FindOperator(*p, c.attrs.op);
+  if (phases.first_phase == nullptr || phases.second_phase == nullptr)
+    return ffi::Unexpected(ffi::Error(
+        ffi::ErrorCode::kUnimplemented,
+        "jax_aclnn: the aclnn provider (" + p->origin + ") does not export " +
+            std::string(c.attrs.op) + (phases.first_phase ? "" : "GetWorkspaceSize")));
+  return Operator{phases.name, p->api, &phases};
+}
+
+// At a call site: the operator it found on its first call (for this
+// platform's provider), and its repeatable executor where it can have one.
+template <typename Workspace>
+ffi::Error RunAtCallSite(const Call& c, const Provider& platform, aclrtStream stream,
+                         const Workspace& workspace, CallState& s) {
+  if (s.platform != &platform) {
+    auto found = Find(c, platform);
+    if (found.has_error()) return found.error();
+    s.platform = &platform;
+    s.api = found->api;
+    s.phases = found->phases;
+  }
+  const Operator op{s.phases->name, s.api, s.phases};
+  const bool reusable = executor_reuse.load(std::memory_order_relaxed) &&
+                        op.api->supports_executor_reuse && !s.refused &&
+                        (s.cached == nullptr || s.cached->api == op.api);
+  return reusable ? RunCached(c, op, stream, workspace, s) : RunOneShot(c, op, stream, workspace);
+}
+
+template <typename Workspace>
+ffi::Error Run(const Call& c, const Provider& platform, aclrtStream stream,
+               const Workspace& workspace, CallState* state) {
+  // A concurrent call of the same call site (busy) runs one-shot.
+  if (state == nullptr || state->busy.exchange(true, std::memory_order_acquire)) {
+    auto op = Find(c, platform);
+    if (op.has_error()) return op.error();
+    return RunOneShot(c, *op, stream, workspace);
+  }
+  ffi::Error e = RunAtCallSite(c, platform, stream, workspace, *state);
   state->busy.store(false, std::memory_order_release);
   return e;
 }
@@ -519,27 +531,35 @@ void PoolParallelFor(void* pool, int64_t num_tasks, void (*fn)(void*, int64_t), 
 // Platform entry: the CPU runs the host provider with XLA's thread pool as
 // its stream; the NPU runs CANN on the PJRT platform stream.
 ffi::Error CpuExecute(ffi::ThreadPool pool, ffi::ScratchAllocator, CallState* state,
-                      ffi::RemainingArgs in, ffi::RemainingRets out, CallAttributes attrs) {
+                      ffi::RemainingArgs in, ffi::RemainingRets out,
+                      ffi::Span<const double> floats, ffi::Span<const int64_t> ints,
+                      ffi::Span<const int64_t> kinds, std::string_view library,
+                      std::string_view op, std::string_view strings) {
   const Provider& p = CpuProvider();
   if (p.api == nullptr)
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
                       "jax_aclnn: the host aclnn provider is not loaded");
   JaxAclnnHostStream stream{JAX_ACLNN_HOST_STREAM_MAGIC,
                             std::max<int64_t>(1, pool.num_threads()), &pool, &PoolParallelFor};
+  const CallAttributes attrs{floats, ints, kinds, library, op, strings};
   return Run(Call{attrs, in, out}, p, &stream, HostWorkspace{}, state);
 }
 
 ffi::Error NpuExecute(void* npu_stream, ffi::ScratchAllocator scratch, CallState* state,
-                      ffi::RemainingArgs in, ffi::RemainingRets out, CallAttributes attrs) {
+                      ffi::RemainingArgs in, ffi::RemainingRets out,
+                      ffi::Span<const double> floats, ffi::Span<const int64_t> ints,
+                      ffi::Span<const int64_t> kinds, std::string_view library,
+                      std::string_view op, std::string_view strings) {
   std::string error;
   const Provider* p = NpuProvider(&error);
   if (p == nullptr) return ffi::Error(ffi::ErrorCode::kFailedPrecondition, error);
+  const CallAttributes attrs{floats, ints, kinds, library, op, strings};
   return Run(Call{attrs, in, out}, *p, npu_stream, ScratchWorkspace{scratch}, state);
 }
 
 // The same attributes and buffers on both platforms: the platform's stream,
 // scratch allocator and call-site state, the operands and results, the
-// operator's attributes as one struct.
+// attributes of CallAttributes.
 template <typename StreamCtx>
 auto Binding() {
   return ffi::Ffi::Bind()
@@ -548,7 +568,12 @@ auto Binding() {
       .template Ctx<ffi::State<CallState>>()
       .RemainingArgs()
       .RemainingRets()
-      .template Attrs<CallAttributes>();
+      .template Attr<ffi::Span<const double>>("floats")
+      .template Attr<ffi::Span<const int64_t>>("ints")
+      .template Attr<ffi::Span<const int64_t>>("kinds")
+      .template Attr<std::string_view>("library")
+      .template Attr<std::string_view>("operator")
+      .template Attr<std::string_view>("strings");
 }
 
 }  // namespace

@@ -162,7 +162,9 @@ const OperatorPhases& FindOperator(const Provider& provider, std::string_view na
       phases.second_phase = reinterpret_cast<SecondPhase>(dlsym(h, second.c_str()));
   }
   phases.counters = &OperatorCounters(name);
-  return of_provider.emplace(second, phases).first->second;
+  auto entry = of_provider.emplace(second, phases).first;
+  entry->second.name = entry->first;  // the map's key: as long-lived as the entry
+  return entry->second;
 }
 
 const Provider* LibraryProvider(const std::string& path, const Provider& platform,

@@ -38,6 +38,7 @@ using SecondPhase = aclnnStatus (*)(void* workspace, uint64_t workspaceSize,
 // An operator's two phases in a provider, looked up by name (dlsym) once
 // and then kept; null where the provider does not export them.
 struct OperatorPhases {
+  std::string_view name;  // aclnnXxx
   void* first_phase = nullptr;  // aclnnXxxGetWorkspaceSize, called through libffi
   SecondPhase second_phase = nullptr;
   OpCounters* counters = nullptr;  // runtime_stats()'s of the operator
