@@ -23,10 +23,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jax_aclnn as aclnn
+from declared_operators import LIBRARY, SOFTPLUS_BACKWARD, softplus_backward_reference
 from jax_aclnn import _loading
 
-#: Beside the compiled extension (a source checkout imports an installed build's).
-LIBRARY = _loading.PACKAGE_DIR / "libaclnn_test_provider.so"
 pytestmark = pytest.mark.skipif(not LIBRARY.exists(),
                                 reason="the test provider is built with JAX_ACLNN_TESTING=ON")
 
@@ -148,15 +147,6 @@ def test_floating_arguments_interleaved_and_spilled_to_the_stack():
                     "-7.5; 1e-300; 65504; false; -10000000000; tensor(f32,[3])")
 
 
-def softplus_backward_reference(gradOutput, self, *, beta, threshold):
-    z = jnp.exp(self * beta)
-    return jnp.where(self * beta > threshold, gradOutput, gradOutput * z / (z + 1))
-
-
-SOFTPLUS_BACKWARD = (
-    "aclnnStatus aclnnSoftplusBackwardGetWorkspaceSize(const aclTensor *gradOutput, "
-    "const aclTensor *self, const aclScalar *beta, const aclScalar *threshold, "
-    "aclTensor *gradInput, uint64_t *workspaceSize, aclOpExecutor **executor)")
 softplus_backward = aclnn.declare(SOFTPLUS_BACKWARD, softplus_backward_reference,
                                   name="softplus_backward_test", library=LIBRARY,
                                   elementwise=True)

@@ -337,7 +337,7 @@ def _check_declared_operator_on_npu() -> None:
     site's executor is reused."""
     import torch
 
-    from test_declare import LIBRARY, SOFTPLUS_BACKWARD, softplus_backward_reference
+    from declared_operators import LIBRARY, SOFTPLUS_BACKWARD, softplus_backward_reference
 
     aclnn.declare(SOFTPLUS_BACKWARD, softplus_backward_reference, name="softplus_backward_npu",
                   library=LIBRARY, elementwise=True)
@@ -367,7 +367,7 @@ def test_operator_on_npu_handler_equals_cpu_path(npu, name, dtype):
 
 
 def test_declared_operator_on_the_npu_handler_equals_torch(npu):
-    from test_declare import LIBRARY
+    from declared_operators import LIBRARY
 
     pytest.importorskip("torch")  # (not in .ci/aarch64's emulated venv)
     if not LIBRARY.exists():
