@@ -81,7 +81,9 @@ FLOAT32 = st.floats(width=32, allow_nan=False, allow_subnormal=False)
 FLOAT64 = st.floats(allow_nan=False, allow_subnormal=False)
 
 
-@settings(max_examples=int(os.environ.get("JAX_ACLNN_FUZZ_EXAMPLES", "40")), deadline=None)
+# Each example compiles a program (the values are static): its own count.
+@settings(max_examples=int(os.environ.get("JAX_ACLNN_DECLARE_FUZZ_EXAMPLES", "40")),
+          deadline=None)
 @given(flag=st.booleans(), count=INT64, ratio=FLOAT64, scale=FLOAT32,
        alpha=st.one_of(FLOAT32.map(np.float32), FLOAT64.map(np.float64),
                        INT64.map(np.int64), st.booleans().map(np.bool_)),
