@@ -310,7 +310,8 @@ void RunBatchNormReduce(const View& grad_out, const View& input, const View& mea
   const int64_t C = s.channels;
   if (C == 0) return;
   for (const View* out : {outputs[0], outputs[1], outputs[2], outputs[3]})
-    if (out != nullptr) AdviseHugePages(out->data, C * ElementSize(out->dtype));
+    if (out != nullptr && IsNewMemory(out->data, C * ElementSize(out->dtype)))
+      AdviseHugePages(out->data, C * ElementSize(out->dtype));
   const int64_t W = BnWindowChannels(s);
   double* partials = static_cast<double*>(workspace);
   float* mean = reinterpret_cast<float*>(partials + s.batch_blocks * W * 2);

@@ -59,6 +59,16 @@ Layout Collapse(const View& out, const View* inputs, int num_inputs) {
   return l;
 }
 
+// Whether the view's elements lie in row-major order without gaps.
+bool IsRowMajor(const View& v) {
+  int64_t stride = 1;
+  for (int d = v.rank - 1; d >= 0; --d) {
+    if (v.dims[d] != 1 && v.strides[d] != stride) return false;
+    stride *= v.dims[d];
+  }
+  return true;
+}
+
 // The formula on n elements: out[i] = f(in[0][i], in[1][i], ...), in
 // float32, vectorised by the compiler.
 template <typename F, size_t... k>
@@ -185,12 +195,21 @@ void Pointwise(const F& f, const View* inputs, int num_inputs, const View& out,
   const int64_t total = out.NumElements();
   if (total == 0) return;
   const Layout l = Collapse(out, inputs, num_inputs);
-  AdviseHugePages(out.data, total * ElementSize(out.dtype));
+  // A contiguous output new to the process (memory.h): huge pages, and
+  // each piece prefaulted right before it is written.
+  const int64_t size = ElementSize(out.dtype);
+  const bool fresh = IsRowMajor(out) && IsNewMemory(out.data, total * size);
+  if (fresh) AdviseHugePages(out.data, total * size);
+  const int64_t piece = fresh ? kPrefaultBytes / size : total;
   const int64_t num_tasks =
       std::min<int64_t>((total + kGrain - 1) / kGrain, 4 * NumThreads(stream));
   ParallelFor(stream, num_tasks, [&](int64_t t) {
-    PointwiseRange(f, l, inputs, num_inputs, out, total * t / num_tasks,
-                   total * (t + 1) / num_tasks);
+    const int64_t end = total * (t + 1) / num_tasks;
+    for (int64_t begin = total * t / num_tasks; begin < end; begin += piece) {
+      const int64_t stop = std::min(end, begin + piece);
+      if (fresh) Prefault(static_cast<char*>(out.data) + begin * size, (stop - begin) * size);
+      PointwiseRange(f, l, inputs, num_inputs, out, begin, stop);
+    }
   });
 }
 
