@@ -252,10 +252,37 @@ def test_bench_measures_an_operator_without_a_case(monkeypatch):
     monkeypatch.setattr(bench_cases, "torch", torch)
     monkeypatch.delitem(bench_cases.ELEMENTWISE, "hardshrink_backward")
     row = bench_cases.measure("hardshrink_backward", 1024, np.float32,
-                        argparse.Namespace(repeats=2, bn_channels=16), np.random.default_rng(0))
+                        argparse.Namespace(repeats=2, burst=1, bn_channels=16), np.random.default_rng(0))
     assert row["vs_xla"] > 0 and "vs_torch" not in row
     assert row["bytes"] == 3 * 1024 * 4  # two full-size operands and the result
     assert bench_cases.case_bytes("hardshrink_backward", 1024) > 0
+
+
+def test_bench_times_each_repeat_as_the_median_call_of_a_burst(monkeypatch):
+    """Each repeat runs ``burst`` calls of a contender in a row (after a
+    library's call, another's threads must wake) and keeps their median."""
+    import argparse
+    import itertools
+
+    from jax_aclnn.cli import bench_cases
+
+    monkeypatch.setattr(bench_cases, "torch", None)
+    clock = itertools.count()
+    calls = []
+
+    def fake_timed(fn):
+        calls.append(fn)
+        return float(next(clock) % 5)  # a burst of 5 calls: 0, 1, 2, 3, 4 (median 2)
+
+    monkeypatch.setattr(bench_cases, "timed", fake_timed)
+    row = bench_cases.measure("logit_grad", 1024, np.float32,
+                              argparse.Namespace(repeats=3, burst=5, bn_channels=16),
+                              np.random.default_rng(0))
+    warm_up = 2 * 2  # two calls of each contender (aclnn, xla)
+    assert len(calls) == warm_up + 3 * 5 * 2
+    # the clock restarted at 0 after warm-up's 4 calls and runs in bursts of 5
+    assert row["aclnn_s"] == row["aclnn_min_s"] == row["aclnn_max_s"] == 2.0
+    assert row["xla_s"] == 2.0
 
 
 def test_train_data_parallel_matches_one_device():

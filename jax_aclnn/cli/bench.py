@@ -40,12 +40,16 @@ time and step time, through jax_aclnn against the same model in pure JAX
 (:mod:`jax_aclnn.cli.step_memory`), in each of ``--step-dtypes`` (float32
 and bfloat16: the dtypes people train in).
 
-Outputs are compared first (a fast wrong answer is no result). Timings are
-paired and interleaved (aclnn, xla, torch, then xla, torch, aclnn, ...: each
-goes first in turn) after warm-up; the table gives medians, GB/s (bytes read
-and written), the fractions of both copy bandwidths, and the median of the
-per-pair ratios (>1 means aclnn is faster), with the range of aclnn's
-times over the repeats.
+Outputs are compared first (a fast wrong answer is no result). After
+warm-up, each repeat times a burst of ``--burst`` calls in a row of each
+contender and keeps the burst's median call (a library's threads sleep
+while another library runs: a single call after a switch would measure
+their waking, which calls within a program do not wait for). Repeats are
+paired and interleaved (aclnn, xla, torch, then xla, torch, aclnn, ...:
+each goes first in turn); the table gives the median repeat, GB/s (bytes
+read and written), the fractions of both copy bandwidths, and the median
+of the per-pair ratios (>1 means aclnn is faster), with the range of
+aclnn's repeats.
 """
 
 from __future__ import annotations
@@ -339,7 +343,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma-separated dtypes (default: %(default)s)")
     p.add_argument("--modes", default=",".join(MODES), type=comma_list(one_of(MODES), f"some of {', '.join(MODES)}"),
                    help="comma-separated process states to measure in (default: %(default)s; see above)")
-    p.add_argument("--repeats", type=integer(1), default=15, help="timed pairs per case (default: %(default)s)")
+    p.add_argument("--repeats", type=integer(1), default=15, help="timed pairs of bursts per case (default: %(default)s)")
+    p.add_argument("--burst", type=integer(1), default=5, help="calls in a row per contender and repeat; a repeat's time is their median (default: %(default)s)")
     p.add_argument("--bn-channels", type=integer(16, 1024), default=256, help="channels of the batch-norm shapes, 16 to 1024 (default: %(default)s)")
     p.add_argument("--bn-memory-channels", type=parse_size, metavar="C", help="also measure RSS around a (16, C) batch-norm reduce, e.g. 4M (default: skipped)")
     p.add_argument("--reuse-repeats", type=integer(0), default=200, help="paired runs with executor reuse on and off; 0 skips (default: %(default)s)")

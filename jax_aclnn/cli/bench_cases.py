@@ -145,11 +145,18 @@ def measure(op: str, size: int, dtype: Any, args: argparse.Namespace, rng) -> di
     for fn in fns.values():  # warm-up
         for _ in range(2):
             timed(fn)
+    # One time per repeat and contender: the median call of a burst of
+    # args.burst calls in a row. A library's threads sleep while another
+    # library runs, so a single call after a switch measures their waking
+    # (at 64K elements, a call that takes 27 us in a burst took 72 us right
+    # after PyTorch's); within a program, calls follow each other as in a
+    # burst. Bursts are paired and interleaved: each contender goes first
+    # in turn.
     times: dict[str, list[float]] = {k: [] for k in fns}
     order = list(fns)
-    for i in range(args.repeats):  # paired, interleaved; each goes first in turn
+    for i in range(args.repeats):
         for k in order[i % len(order):] + order[: i % len(order)]:
-            times[k].append(timed(fns[k]))
+            times[k].append(statistics.median(timed(fns[k]) for _ in range(args.burst)))
     row = {"op": op, "size": size, "dtype": str(jnp.dtype(dtype)), "bytes": int(nbytes)}
     for k, ts in times.items():
         row[f"{k}_s"] = statistics.median(ts)

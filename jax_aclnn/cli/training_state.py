@@ -12,7 +12,7 @@ alive: a few Adam steps of the :mod:`~jax_aclnn.cli.step_memory` model
 host-side arrays of random sizes as a data pipeline and metrics make, some
 kept and the rest freed.
 
-Run as a module (``python -m jax_aclnn.cli.training_state REPEATS
+Run as a module (``python -m jax_aclnn.cli.training_state REPEATS BURST
 BN_CHANNELS``), it is ``bench``'s realistic-mode process: it enters that
 state and says so (a JSON line), then measures each case named on a line
 of its input (a JSON list: operator, size, dtype) as ``bench`` does and
@@ -85,7 +85,8 @@ class RealisticProcess:
     def __init__(self, args: argparse.Namespace):
         self.stderr = tempfile.TemporaryFile("w+")
         self.child = subprocess.Popen(
-            [sys.executable, "-m", "jax_aclnn.cli.training_state", str(args.repeats), str(args.bn_channels)],
+            [sys.executable, "-m", "jax_aclnn.cli.training_state", str(args.repeats), str(args.burst),
+             str(args.bn_channels)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, env=child_env())
         self.reply()
 
@@ -112,7 +113,7 @@ class RealisticProcess:
 
 def main() -> None:
     bench_cases.import_torch()
-    args = argparse.Namespace(repeats=int(sys.argv[1]), bn_channels=int(sys.argv[2]))
+    args = argparse.Namespace(repeats=int(sys.argv[1]), burst=int(sys.argv[2]), bn_channels=int(sys.argv[3]))
     alive = enter()  # noqa: F841 (kept alive while measuring)
     print(json.dumps("ready"), flush=True)
     for line in sys.stdin:
