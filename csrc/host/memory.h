@@ -1,7 +1,9 @@
 // Fresh output memory. XLA allocates each large output anew (its own mmap),
 // so at 16M elements the first touch of 4 KiB pages (a fault and a page
 // clearing for every 4 KiB) costs more than the kernel's own traffic. For
-// such an output the kernels do two things (measured with bench's
+// such an output (contiguous, of an element-wise kernel; batch-norm
+// reduce's per-channel outputs get the advice only) the kernels do two
+// things (measured with bench's
 // smooth_l1_loss_backward at 16M float32, 64 MiB out, on a 2-core VM whose
 // THP setting is "madvise", Debian's default):
 //
@@ -33,12 +35,11 @@
 #ifndef JAX_ACLNN_HOST_MEMORY_H_
 #define JAX_ACLNN_HOST_MEMORY_H_
 
-#include <atomic>
-#include <cerrno>
 #include <cstdint>
 
 #if defined(__linux__)
 #include <sys/mman.h>
+#include <unistd.h>
 #endif
 
 namespace jax_aclnn::host {
@@ -50,18 +51,25 @@ constexpr int64_t kNewMemoryBytes = int64_t{8} << 20;
 // Bytes of output prefaulted at a time, right before they are written.
 constexpr int64_t kPrefaultBytes = int64_t{2} << 20;
 
-constexpr uintptr_t kPage = 4096;
 constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
 
 inline uintptr_t RoundUp(uintptr_t p, uintptr_t to) { return (p + to - 1) & ~(to - 1); }
 inline uintptr_t RoundDown(uintptr_t p, uintptr_t to) { return p & ~(to - 1); }
+
+#if defined(__linux__)
+// The system's page size: 4 KiB on x86-64, 4, 16 or 64 KiB on aarch64.
+inline uintptr_t PageSize() {
+  static const uintptr_t size = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  return size;
+}
+#endif
 
 // Whether [data, data + bytes) is an output worth preparing: at least
 // kNewMemoryBytes, and its first whole page not yet resident.
 inline bool IsNewMemory(const void* data, int64_t bytes) {
 #if defined(__linux__)
   if (bytes < kNewMemoryBytes) return false;
-  const uintptr_t first = RoundUp(reinterpret_cast<uintptr_t>(data), kPage);
+  const uintptr_t first = RoundUp(reinterpret_cast<uintptr_t>(data), PageSize());
   unsigned char resident = 0;
   return mincore(reinterpret_cast<void*>(first), 1, &resident) == 0 && !(resident & 1);
 #else
@@ -84,17 +92,22 @@ inline void AdviseHugePages(void* data, int64_t bytes) {
 }
 
 // Faults in the whole pages of [data, data + bytes) of a new output, for
-// writing, in one system call. Where the kernel does not know
-// MADV_POPULATE_WRITE (before Linux 5.14), the first refusal turns it off.
+// writing, in one system call, where the kernel knows MADV_POPULATE_WRITE
+// (Linux 5.14 and later: asked once, with an empty range, which the kernel
+// accepts for every advice it knows). A refusal of one range (a mapping it
+// cannot populate) leaves the pages to be faulted in by the writes.
 inline void Prefault(void* data, int64_t bytes) {
 #if defined(__linux__)
-  constexpr int kPopulateWrite = 23;  // MADV_POPULATE_WRITE, not in older headers
-  static std::atomic<bool> unsupported{false};
-  const uintptr_t begin = RoundUp(reinterpret_cast<uintptr_t>(data), kPage);
-  const uintptr_t end = RoundDown(reinterpret_cast<uintptr_t>(data) + bytes, kPage);
-  if (end <= begin || unsupported.load(std::memory_order_relaxed)) return;
-  if (madvise(reinterpret_cast<void*>(begin), end - begin, kPopulateWrite) != 0 && errno == EINVAL)
-    unsupported.store(true, std::memory_order_relaxed);
+#ifdef MADV_POPULATE_WRITE
+  constexpr int kPopulateWrite = MADV_POPULATE_WRITE;
+#else
+  constexpr int kPopulateWrite = 23;  // not in headers before Linux 5.14's
+#endif
+  static const bool supported =
+      madvise(reinterpret_cast<void*>(PageSize()), 0, kPopulateWrite) == 0;
+  const uintptr_t begin = RoundUp(reinterpret_cast<uintptr_t>(data), PageSize());
+  const uintptr_t end = RoundDown(reinterpret_cast<uintptr_t>(data) + bytes, PageSize());
+  if (supported && end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, kPopulateWrite);
 #else
   (void)data;
   (void)bytes;
