@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 
 #include "host/dtype.h"
 #include "host/half_runs.h"
@@ -95,25 +96,16 @@ inline void AddGroup(const T* g, const T* x, T m, T& dy, T& xmu) {
   xmu += (g[0] * (x[0] - m) + g[1] * (x[1] - m)) + (g[2] * (x[2] - m) + g[3] * (x[3] - m));
 }
 
-// One element, and kLanes elements, of type D (float32, float16 or
-// bfloat16) at p, as floats.
-template <aclDataType D>
-inline float LoadFloat(const char* p) {
+// One element (T = float) or kLanes elements (T = Vec) of type D (float32,
+// float16 or bfloat16) at p, as floats.
+template <aclDataType D, typename T>
+inline T LoadFloats(const char* p) {
   if constexpr (D == ACL_FLOAT) {
-    float v;
+    T v;
     std::memcpy(&v, p, sizeof v);
     return v;
-  } else {
+  } else if constexpr (std::is_same_v<T, float>) {
     return LoadScalar<D>(reinterpret_cast<const uint16_t*>(p));
-  }
-}
-
-template <aclDataType D>
-inline Vec LoadFloats(const char* p) {
-  if constexpr (D == ACL_FLOAT) {
-    Vec v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
   } else {
     return LoadVec<D>(reinterpret_cast<const uint16_t*>(p));
   }
@@ -138,8 +130,8 @@ void AddGroupVectors(const char* const* gsrc, const char* const* xsrc, const flo
     }
     Vec g[kBnRowGroup], x[kBnRowGroup], mv, dv, xv;
     for (int r = 0; r < kBnRowGroup; ++r) {
-      g[r] = LoadFloats<D>(gsrc[r] + j * size);
-      x[r] = LoadFloats<D>(xsrc[r] + j * size);
+      g[r] = LoadFloats<D, Vec>(gsrc[r] + j * size);
+      x[r] = LoadFloats<D, Vec>(xsrc[r] + j * size);
     }
     std::memcpy(&mv, m + j, sizeof mv);
     std::memcpy(&dv, dy + j, sizeof dv);
@@ -151,8 +143,8 @@ void AddGroupVectors(const char* const* gsrc, const char* const* xsrc, const flo
   for (; j < len; ++j) {
     float g[kBnRowGroup], x[kBnRowGroup];
     for (int r = 0; r < kBnRowGroup; ++r) {
-      g[r] = LoadFloat<D>(gsrc[r] + j * size);
-      x[r] = LoadFloat<D>(xsrc[r] + j * size);
+      g[r] = LoadFloats<D, float>(gsrc[r] + j * size);
+      x[r] = LoadFloats<D, float>(xsrc[r] + j * size);
     }
     AddGroup(g, x, m[j], dy[j], xmu[j]);
   }
