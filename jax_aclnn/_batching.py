@@ -4,7 +4,7 @@ aclnn's rank limit (of any rank, or taken past it by the batch axis)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -49,6 +49,23 @@ def merged_shapes(op: str, names: Sequence[str], shapes: Sequence[tuple[int, ...
             f"cannot be merged, and the aclnn operator takes at most {_checks.MAX_RANK}"
         )
     return [tuple(size if has[k] else 1 for has, size, _ in groups) for k in range(len(shapes))]
+
+
+def bind_merged(op: str, names: Sequence[str], call: Callable[..., Any],
+                operands: Sequence[Any]) -> Any:
+    """``call`` (an element-wise operator's bind) on operands past aclnn's
+    rank limit: it runs on the operands with their dimensions merged
+    (:func:`merged_shapes`; a dimension sharded by an operand's type stays
+    whole) and each result gets the broadcast shape back. ``call`` returns
+    one result or a list of them."""
+    shape = tuple(jnp.broadcast_shapes(*(jnp.shape(a) for a in operands)))
+    sharded = frozenset().union(*(
+        {i + len(shape) - jnp.ndim(a) for i in _compat.sharded_dims(a)} for a in operands))
+    shapes = merged_shapes(op, names, [jnp.shape(a) for a in operands], sharded)
+    out = call(*(jnp.reshape(a, s) for a, s in zip(operands, shapes)))
+    if isinstance(out, (list, tuple)):
+        return [jnp.reshape(o, shape) for o in out]
+    return jnp.reshape(out, shape)
 
 
 def batch_size(args: Sequence[Any], dims: Sequence[Any]) -> int:

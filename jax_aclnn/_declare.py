@@ -11,6 +11,7 @@ where no provider has the operator.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import inspect
 import os
@@ -36,9 +37,12 @@ def _snake_case(aclnn_name: str) -> str:
 class DeclaredOperator(AclnnPrimitive):
     """An operator made by :func:`declare`. Its primitive's operands are the
     input tensors (a tensor list's tensors in a row, an absent optional
-    tensor as a zero-sized placeholder); its parameters the non-tensor
-    arguments by prototype name, ``absent`` (the absent inputs' names) and
-    ``list_sizes`` (the tensor lists' lengths, inputs then outputs)."""
+    tensor as a zero-sized placeholder) and its results the output tensors
+    (a tensor list's in a row). Its parameters: ``attrs``, the non-tensor
+    arguments as ``(name, value)`` pairs (:func:`jax_aclnn._arguments.static_value`;
+    one parameter, so that no prototype name can collide with JAX's or this
+    class's own), ``absent`` (the absent inputs' names) and ``list_sizes``
+    (the tensor lists' lengths, inputs then outputs)."""
 
     multiple_results = True
     self_adjoint = False
@@ -58,9 +62,11 @@ class DeclaredOperator(AclnnPrimitive):
         _aclnn_ffi.add_operator(self.aclnn_name)
 
     # --- the reference, with the primitive's operands and parameters ---------
-    def _reference_arguments(self, operands: Sequence[Any], params: dict[str, Any]):
-        absent, sizes = params["absent"], iter(params["list_sizes"])
-        it = iter(operands)
+    def user_inputs(self, operands: Sequence[Any], absent: Sequence[str],
+                    list_sizes: Sequence[int]) -> list[Any]:
+        """The reference's inputs from the primitive's operands: a tensor
+        list as a list, an absent tensor as None."""
+        sizes, it = iter(list_sizes), iter(operands)
         inputs = []
         for p in self.prototype.inputs:
             if p.kind == "tensor_list":
@@ -68,45 +74,52 @@ class DeclaredOperator(AclnnPrimitive):
             else:
                 operand = next(it)
                 inputs.append(None if p.name in absent else operand)
-        attrs = {p.name: params[p.name] for p in self.prototype.attributes}
-        return inputs, attrs
+        return inputs
 
-    def reference(self, *operands: Any, **params: Any) -> list[Any]:
-        inputs, attrs = self._reference_arguments(operands, params)
-        out = self.user_reference(*inputs, **attrs)
-        outs = list(out) if isinstance(out, (tuple, list)) else [out]
-        declared = self.prototype.outputs
-        if len(outs) != len(declared):
-            raise ValueError(
-                f"declare({self.aclnn_name}): the reference returns {len(outs)} outputs, the "
-                f"prototype has {len(declared)} output tensors "
-                f"({', '.join(p.name for p in declared)})")
-        flat = []
-        for p, o in zip(declared, outs):
-            flat.extend(o if p.kind == "tensor_list" else [o])
-        return flat
+    def reference(self, *operands: Any, attrs: tuple, absent: tuple, list_sizes: tuple
+                  ) -> list[Any]:
+        inputs = self.user_inputs(operands, absent, list_sizes)
+        out = self.user_reference(*inputs, **reference_attributes(attrs))
+        return [o for group in output_groups(self.prototype, out) for o in group]
 
     def abstract_eval(self, *avals: Any, **params: Any) -> list[Any]:
         shapes = jax.eval_shape(functools.partial(self.reference, **params),
                                 *(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals))
         return [ShapedArray(s.shape, s.dtype) for s in shapes]
 
-    def arguments(self, **params: Any) -> dict[str, Any]:
-        sizes = iter(params["list_sizes"])
-        values: dict[str, Any] = {p.name: params[p.name] for p in self.prototype.attributes}
-        values.update({name: _arguments.ABSENT for name in params["absent"]})
-        for p in self.prototype.parameters:  # inputs, then outputs: the order of list_sizes
-            if p.kind == "tensor_list" and not p.output:
-                values[p.name] = next(sizes)
-        for p in self.prototype.outputs:
-            if p.kind == "tensor_list":
-                values[p.name] = next(sizes)
+    def arguments(self, *, attrs: tuple, absent: tuple, list_sizes: tuple) -> dict[str, Any]:
+        values: dict[str, Any] = dict(attrs)
+        values.update({name: _arguments.ABSENT for name in absent})
+        sizes = iter(list_sizes)
+        lists = [p for p in self.prototype.inputs + self.prototype.outputs
+                 if p.kind == "tensor_list"]  # inputs, then outputs: the order of list_sizes
+        values.update({p.name: next(sizes) for p in lists})
         return values
 
     def ffi_platforms(self) -> tuple[str, ...]:
         # On the CPU only where the host provider (or the library) has it.
-        cpu = _aclnn_ffi.provides(self.aclnn_name, self.library)
+        cpu = _provided_on_cpu(self.aclnn_name, self.library)
         return tuple(p for p in _registration.handler_platforms() if cpu or p != "cpu")
+
+    def absent_operands(self, absent: Sequence[str], list_sizes: Sequence[int]) -> set[int]:
+        """The operand positions of the absent inputs' placeholders."""
+        positions, at, sizes = set(), 0, iter(list_sizes)
+        for p in self.prototype.inputs:
+            if p.kind == "tensor_list":
+                at += next(sizes)
+                continue
+            if p.name in absent:
+                positions.add(at)
+            at += 1
+        return positions
+
+    def operand_labels(self, list_sizes: Sequence[int]) -> list[str]:
+        """The operands' names for messages (a tensor list's as ``name[i]``)."""
+        labels, sizes = [], iter(list_sizes)
+        for p in self.prototype.inputs:
+            labels += ([f"{p.name}[{i}]" for i in range(next(sizes))]
+                       if p.kind == "tensor_list" else [p.name])
+        return labels
 
     # --- transformations -------------------------------------------------------
     def _jvp(self, primals: Sequence[Any], tangents: Sequence[Any], **params: Any):
@@ -118,17 +131,24 @@ class DeclaredOperator(AclnnPrimitive):
 
     def batch(self, args: Sequence[Any], dims: Sequence[Any], **params: Any):
         size = _batching.batch_size(args, dims)
+        placeholders = self.absent_operands(params["absent"], params["list_sizes"])
         if self.elementwise:  # one call on operands broadcast to (batch, *result shape)
-            rank = max(jnp.ndim(a) - (d is not _compat.not_mapped) for a, d in zip(args, dims))
-            moved = [a if d is _compat.not_mapped else
-                     jnp.reshape(jnp.moveaxis(a, d, 0),
-                                 (size,) + (1,) * (rank + 1 - jnp.ndim(a)) + a.shape[:d] + a.shape[d + 1:])
-                     for a, d in zip(args, dims)]
-            shape = jnp.broadcast_shapes(*(jnp.shape(a) for a in moved))
+            present = [i for i in range(len(args)) if i not in placeholders]
+            rank = max(jnp.ndim(args[i]) - (dims[i] is not _compat.not_mapped) for i in present)
+            moved = list(args)
+            for i in present:
+                a, d = args[i], dims[i]
+                if d is not _compat.not_mapped:
+                    a = jnp.moveaxis(a, d, 0)
+                    a = jnp.reshape(a, (size,) + (1,) * (rank + 1 - a.ndim) + a.shape[1:])
+                moved[i] = a
+            shape = jnp.broadcast_shapes(*(jnp.shape(moved[i]) for i in present))
             shape = (size,) + shape[len(shape) - rank:]
             # CANN's element-wise operators may take same-shape operands only
-            moved = [jnp.broadcast_to(a, shape) for a in moved]
-            return self.bind(*moved, **params), [0] * len(self.prototype.outputs)
+            for i in present:
+                moved[i] = jnp.broadcast_to(moved[i], shape)
+            out = self.bind(*moved, **params)
+            return out, [0] * len(out)
         # any other operator: one call per example (jax.lax.map), never merged
         mapped = [i for i, d in enumerate(dims) if d is not _compat.not_mapped]
 
@@ -139,7 +159,8 @@ class DeclaredOperator(AclnnPrimitive):
             return self.bind(*full, **params)
 
         xs = [jnp.moveaxis(args[i], dims[i], 0) for i in mapped]
-        return jax.lax.map(one, xs), [0] * len(self.prototype.outputs)
+        out = jax.lax.map(one, xs)
+        return out, [0] * len(out)
 
     def factors(self, in_avals, out_avals, **params):
         if self.elementwise:  # a factor per dimension of the broadcast result
@@ -148,11 +169,91 @@ class DeclaredOperator(AclnnPrimitive):
         # any other operator: replicated (its dimensions' meaning is not declared)
         return ([(None,) * a.ndim for a in in_avals], [(None,) * a.ndim for a in out_avals])
 
+    def bind(self, *args: Any, **params: Any) -> Any:
+        if not args:  # an operator without input tensors (aclnnEye, aclnnArange)
+            if self.reference_forced():
+                return self.reference(**params)
+            return self.primitive.bind(**params)
+        return super().bind(*args, **params)
+
     def bind_merged(self, operands, **params):
-        if self.elementwise and len(self.prototype.outputs) == 1:
-            return [super().bind_merged(operands, **params)[0]]
-        raise ValueError(f"{self.name}: operands of rank above aclnn's 8 "
-                         f"({[jnp.shape(a) for a in operands]})")
+        if not self.elementwise:
+            raise ValueError(f"{self.name}: operands of rank above aclnn's 8 "
+                             f"({[jnp.shape(a) for a in operands]})")
+        # the absent inputs' placeholders stay as they are
+        placeholders = self.absent_operands(params["absent"], params["list_sizes"])
+        present = [i for i in range(len(operands)) if i not in placeholders]
+
+        def call(*merged):
+            full = list(operands)
+            for i, m in zip(present, merged):
+                full[i] = m
+            return self.bind(*full, **params)
+
+        labels = self.operand_labels(params["list_sizes"])
+        return _batching.bind_merged(self.name, [labels[i] for i in present], call,
+                                     [operands[i] for i in present])
+
+
+def reference_attributes(attrs: tuple) -> dict[str, Any]:
+    """The reference's keyword arguments from the primitive's ``attrs``."""
+    return {name: _arguments.reference_value(v) for name, v in attrs}
+
+
+def output_groups(proto: _prototype.Prototype, out: Any) -> list[list[Any]]:
+    """The reference's result as one list per output parameter (a tensor's
+    a list of one), checked against the prototype.
+
+    The result is one array or tensor list for one output (or a 1-tuple of
+    it), else a tuple or list with one entry per output, a tensor list's
+    entry a sequence of arrays.
+
+    Raises:
+      ValueError: the result has another number of outputs, or a tensor
+        where the prototype has a tensor list or the reverse.
+    """
+    seq = lambda o: isinstance(o, (tuple, list))  # noqa: E731
+    if len(proto.outputs) == 1:
+        nested = seq(out) and len(out) == 1 and (
+            seq(out[0]) if proto.outputs[0].kind == "tensor_list" else True)
+        groups = [out[0]] if nested else [out]
+        if seq(out) and proto.outputs[0].kind == "tensor":
+            groups = list(out)  # one array, or as many as the tuple has (checked below)
+    else:
+        groups = list(out) if seq(out) else [out]
+    if len(groups) != len(proto.outputs):
+        raise ValueError(
+            f"declare({proto.name}): the reference returns {len(groups)} outputs, the "
+            f"prototype has {len(proto.outputs)} output tensors "
+            f"({', '.join(p.name for p in proto.outputs)})")
+    result = []
+    for p, g in zip(proto.outputs, groups):
+        if p.kind == "tensor_list" and not seq(g):
+            raise ValueError(f"declare({proto.name}): output {p.name} is a tensor list: the "
+                             f"reference returns a sequence of arrays for it, got "
+                             f"{type(g).__name__}")
+        if p.kind == "tensor" and seq(g):
+            raise ValueError(f"declare({proto.name}): output {p.name} is one tensor: the "
+                             f"reference returns an array for it, got a {type(g).__name__}")
+        result.append(list(g) if p.kind == "tensor_list" else [g])
+    return result
+
+
+def _provided_on_cpu(aclnn_name: str, library: str) -> bool:
+    """Whether the CPU's provider (or ``library``) has the operator. A
+    library the user names must have it: its absence is an error, never a
+    silent fall-back to the reference."""
+    try:
+        provided = _aclnn_ffi.provides(aclnn_name, library)
+    except RuntimeError as e:
+        raise RuntimeError(f"{aclnn_name}: {e}") from None
+    if library and not provided:
+        lib = ctypes.CDLL(library)  # loaded already by provides(): its symbols
+        missing = [s for s in (aclnn_name + "GetWorkspaceSize", aclnn_name) if not hasattr(lib, s)]
+        if missing:
+            raise RuntimeError(f"{aclnn_name}: the operator library {library} does not export "
+                               f"{' and '.join(missing)}")
+    return provided
 
 
 def declare(prototype: str, reference: Callable[..., Any], *, outputs: Iterable[str] = (),
@@ -229,36 +330,55 @@ def declare(prototype: str, reference: Callable[..., Any], *, outputs: Iterable[
         raise TypeError(f"declare: reference must be callable, got {type(reference).__name__}")
     if vjp is not None and not callable(vjp):
         raise TypeError(f"declare: vjp must be callable, got {type(vjp).__name__}")
+    outputs = (outputs,) if isinstance(outputs, str) else tuple(outputs)
     proto = _prototype.parse(prototype, outputs)
     name = name or _snake_case(proto.name)
-    if name in OPERATORS:
-        raise ValueError(f"declare: an operator named {name!r} exists already; pass name=")
     lib = "" if library is None else os.fspath(library)
     if lib and not os.path.isabs(lib):
         raise ValueError(f"declare: library must be an absolute path, got {lib!r}")
     signature = inspect.signature(reference)
     _check_signature(proto, signature)
-    op = DeclaredOperator(proto, reference, name=name, library=lib, elementwise=elementwise)
+    declaration = (proto, _function_key(reference), lib, bool(elementwise), _function_key(vjp))
+    existing = OPERATORS.get(name)
+    if existing is None:
+        op = DeclaredOperator(proto, reference, name=name, library=lib, elementwise=elementwise)
+        op.declaration = declaration
+    elif getattr(existing, "declaration", None) == declaration:  # a re-run cell: the same
+        op = existing
+        op.user_reference = reference
+    else:
+        raise ValueError(f"declare: an operator named {name!r} exists already (declared "
+                         f"differently); pass name=")
+    inputs_named = _input_parameters(proto, signature)
 
     def apply(*args: Any, **kwargs: Any) -> Any:
-        bound = signature.bind(*args, **kwargs)
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{name}: {e}") from None
         bound.apply_defaults()
-        values = list(bound.args)
-        inputs = values[: len(proto.inputs)]
-        given = {**bound.kwargs, **bound.arguments}
+        if len(bound.args) < len(proto.inputs):
+            raise TypeError(f"{name}: expected {len(proto.inputs)} input tensors "
+                            f"({', '.join(p.name for p in proto.inputs)}), got {len(bound.args)}")
+        inputs = list(bound.args[: len(proto.inputs)])
+        given = {k: v for k, v in bound.arguments.items() if k not in inputs_named}
+        given.update(given.pop(_var_keyword(signature), {}))
+        extra = [k for k in given if k not in proto_attributes and k != _var_positional(signature)]
+        if extra or len(bound.args) > len(proto.inputs) + sum(
+                p in proto_attributes for p in list(signature.parameters)[len(proto.inputs):]):
+            raise TypeError(f"{name}: {', '.join(extra) or 'an extra positional argument'} is "
+                            f"not a parameter of {proto.first_phase} (it would have no effect)")
         missing = [p.name for p in proto.attributes if p.name not in given]
         if missing:
             raise TypeError(f"{name}: missing argument(s) {', '.join(missing)}")
-        attrs = {p.name: _static(given[p.name]) for p in proto.attributes}
-        single = len(proto.outputs) == 1
+        attrs = tuple((p.name, _arguments.static_value(name, p, given[p.name]))
+                      for p in proto.attributes)
         if vjp is None:
-            out = _call(op, proto, inputs, attrs)
-            return out[0] if single else tuple(out)
+            return _call(op, inputs, attrs)
 
         @jax.custom_vjp
         def f(*xs):
-            out = _call(op, proto, list(xs), attrs)
-            return out[0] if single else tuple(out)
+            return _call(op, list(xs), attrs)
 
         def fwd(*xs):
             out = f(*xs)
@@ -266,27 +386,84 @@ def declare(prototype: str, reference: Callable[..., Any], *, outputs: Iterable[
 
         def bwd(res, ct):
             xs, out = res
-            return tuple(vjp(xs, out, ct, **attrs))
+            return tuple(vjp(xs, out, ct, **reference_attributes(attrs)))
 
         f.defvjp(fwd, bwd)
         return f(*inputs)
 
+    proto_attributes = {p.name for p in proto.attributes}
     functools.update_wrapper(apply, reference)
     apply.__signature__ = signature  # type: ignore[attr-defined]
     apply.aclnn_operator = op  # type: ignore[attr-defined]
     return apply
 
 
-def _static(value: Any) -> Any:
-    """A hashable primitive parameter (sequences as tuples)."""
-    return tuple(value) if isinstance(value, list) else value
+def _function_key(f: Any) -> Any:
+    """What makes two declarations' functions the same: a function's code
+    and defaults (a notebook cell run again defines an equal one), else the
+    object itself."""
+    code = getattr(f, "__code__", None)
+    if code is None:
+        return f
+    return (getattr(f, "__module__", None), getattr(f, "__qualname__", None), code,
+            repr(getattr(f, "__defaults__", None)), repr(getattr(f, "__kwdefaults__", None)))
 
 
-def _call(op: DeclaredOperator, proto: _prototype.Prototype, inputs: list[Any],
-          attrs: dict[str, Any]) -> list[Any]:
+def _var_keyword(signature: inspect.Signature) -> str | None:
+    return next((p.name for p in signature.parameters.values() if p.kind == p.VAR_KEYWORD), None)
+
+
+def _var_positional(signature: inspect.Signature) -> str | None:
+    return next((p.name for p in signature.parameters.values()
+                 if p.kind == p.VAR_POSITIONAL), None)
+
+
+def _input_parameters(proto: _prototype.Prototype, signature: inspect.Signature) -> set[str]:
+    """The names of the reference's parameters that take the input tensors."""
+    positional = [p.name for p in signature.parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return set(positional[: len(proto.inputs)])
+
+
+def _avals_key(x: Any) -> Any:
+    """A hashable description of a reference input: its shape and dtype."""
+    if x is None:
+        return None
+    if isinstance(x, (list, tuple)):
+        return ("list", tuple(_avals_key(t) for t in x))
+    aval = jax.typeof(x)
+    return ("array", tuple(aval.shape), aval.dtype, bool(getattr(aval, "weak_type", False)))
+
+
+def _abstract(key: Any) -> Any:
+    if key is None:
+        return None
+    if key[0] == "list":
+        return [_abstract(k) for k in key[1]]
+    _, shape, dtype, weak = key
+    return jax.ShapeDtypeStruct(shape, dtype, weak_type=weak)
+
+
+@functools.lru_cache(maxsize=4096)
+def _output_structure(op: DeclaredOperator, inputs: tuple, attrs: tuple) -> tuple[Any, tuple]:
+    """The reference's result structure (a pytree definition) and its output
+    lists' lengths, for inputs described by :func:`_avals_key`."""
+    out = jax.eval_shape(lambda *a: op.user_reference(*a, **reference_attributes(attrs)),
+                         *(_abstract(k) for k in inputs))
+    groups = output_groups(op.prototype, out)
+    sizes = tuple(len(g) for p, g in zip(op.prototype.outputs, groups) if p.kind == "tensor_list")
+    return jax.tree.structure(out), sizes
+
+
+def _call(op: DeclaredOperator, inputs: list[Any], attrs: tuple) -> Any:
+    """Binds ``op`` to the reference's inputs; the result has the
+    reference's structure."""
     operands, absent, sizes = [], [], []
-    for p, x in zip(proto.inputs, inputs):
+    for p, x in zip(op.prototype.inputs, inputs):
         if p.kind == "tensor_list":
+            if not isinstance(x, (list, tuple)):
+                raise TypeError(f"{op.name}: {p.name} is a tensor list: expected a sequence of "
+                                f"arrays, got {type(x).__name__}")
             operands.extend(jnp.asarray(t) for t in x)
             sizes.append(len(x))
         elif x is None:
@@ -294,26 +471,40 @@ def _call(op: DeclaredOperator, proto: _prototype.Prototype, inputs: list[Any],
             operands.append(jnp.zeros((0,), jnp.float32))
         else:
             operands.append(jnp.asarray(x))
-    # output lists' sizes: from the reference's result
-    out_lists = [p for p in proto.outputs if p.kind == "tensor_list"]
-    if out_lists:
-        shapes = jax.eval_shape(lambda *a: op.user_reference(*a, **attrs), *inputs)
-        shapes = shapes if isinstance(shapes, (tuple, list)) else [shapes]
-        sizes.extend(len(s) for p, s in zip(proto.outputs, shapes) if p.kind == "tensor_list")
-    return op.bind(*operands, absent=tuple(absent), list_sizes=tuple(sizes), **attrs)
+    inputs = [x if x is None or not isinstance(x, (list, tuple)) else list(x) for x in inputs]
+    key = tuple(_avals_key(x if x is None or isinstance(x, list) else jnp.asarray(x))
+                for x in inputs)
+    tree, out_sizes = _output_structure(op, key, attrs)
+    out = op.bind(*operands, attrs=attrs, absent=tuple(absent), list_sizes=tuple(sizes) + out_sizes)
+    return jax.tree.unflatten(tree, out)
 
 
 def _check_signature(proto: _prototype.Prototype, signature: inspect.Signature) -> None:
+    """ValueError unless the reference takes the prototype's inputs
+    positionally and its other parameters by name, and nothing else."""
     params = list(signature.parameters.values())
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    named = {p.name for p in params}
+    attributes = [p.name for p in proto.attributes]
     var_positional = any(p.kind == p.VAR_POSITIONAL for p in params)
     var_keyword = any(p.kind == p.VAR_KEYWORD for p in params)
     problems = []
     if len(positional) < len(proto.inputs) and not var_positional:
+        hint = ""
+        written = [p.name for p in proto.inputs if p.name.endswith(("Out", "Ref"))]
+        if written:
+            hint = (f" (CANN's pages print some outputs as 'const aclTensor *': if "
+                    f"{', '.join(written)} {'is an output' if len(written) == 1 else 'are outputs'}"
+                    f", pass outputs={tuple(written)!r})")
         problems.append(f"takes {len(positional)} positional inputs, the prototype has "
-                        f"{len(proto.inputs)} ({', '.join(p.name for p in proto.inputs)})")
-    missing = [] if var_keyword else [p.name for p in proto.attributes if p.name not in named]
+                        f"{len(proto.inputs)} ({', '.join(p.name for p in proto.inputs)}){hint}")
+    others = [p.name for p in positional[len(proto.inputs):]] + [
+        p.name for p in params if p.kind == p.KEYWORD_ONLY]
+    unknown = [n for n in others if n not in attributes]
+    if unknown:
+        problems.append(f"has parameter(s) {', '.join(unknown)} that the prototype does not "
+                        f"have (a value given for them would have no effect)")
+    named = {p.name for p in params}
+    missing = [] if var_keyword else [n for n in attributes if n not in named]
     if missing:
         problems.append(f"has no parameter for {', '.join(missing)}")
     if problems:

@@ -185,19 +185,11 @@ class AclnnPrimitive:
 
     def bind_merged(self, operands: Sequence[Any], **params: Any) -> Any:
         """Binds the operator to operands past aclnn's rank limit (of any
-        rank, or taken past it by vmap's batch axis): the call runs on the
-        operands with their dimensions merged
-        (:func:`jax_aclnn._batching.merged_shapes`; a dimension sharded by an
-        operand's type stays whole) and the result gets its shape back.
-        Default, for an element-wise operator with one result of the
-        operands' broadcast shape."""
-        shape = tuple(jnp.broadcast_shapes(*(a.shape for a in operands)))
-        sharded = frozenset().union(*(
-            {i + len(shape) - jnp.ndim(a) for i in _compat.sharded_dims(a)} for a in operands))
-        shapes = _batching.merged_shapes(self.name, self.operand_names,
-                                         [a.shape for a in operands], sharded)
-        merged = [jnp.reshape(a, s) for a, s in zip(operands, shapes)]
-        return jnp.reshape(self.bind(*merged, **params), shape)
+        rank, or taken past it by vmap's batch axis): see
+        :func:`jax_aclnn._batching.bind_merged`. Default, for an element-wise
+        operator whose results have the operands' broadcast shape."""
+        return _batching.bind_merged(self.name, self.operand_names,
+                                     lambda *merged: self.bind(*merged, **params), operands)
 
     def _abstract_eval(self, *avals: ShapedArray, **params: Any) -> Any:
         out = self.abstract_eval(*avals, **params)

@@ -31,6 +31,7 @@ KINDS = {
     "double": "double",
     "float": "float",
     "char*": "string",
+    "aclDataType": "dtype",
 }
 #: The attribute kinds (every kind but tensors and tensor lists).
 ATTRIBUTE_KINDS = frozenset(KINDS.values()) - {"tensor", "tensor_list"}

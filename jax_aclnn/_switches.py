@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Iterable
 
@@ -50,12 +51,20 @@ forced_in_context = jax.make_user_context(frozenset())
 
 
 def check_names(names: frozenset[str], known: Iterable[str], where: str) -> None:
-    """ValueError naming ``where`` unless every name is ``"all"`` or in ``known``."""
+    """ValueError naming ``where`` unless every name is ``"all"`` or in
+    ``known``; it lists the known names when they are few, else the closest
+    ones (a long-running process may have declared thousands)."""
     known = list(known)
     unknown = sorted(names - set(known) - {"all"})
     if unknown:
+        if len(known) <= 12:
+            expected = f"some of {', '.join(known)}"
+        else:
+            close = sorted({c for n in unknown for c in difflib.get_close_matches(n, known, 5)})
+            expected = (f"one of the {len(known)} operators"
+                        + (f" (closest: {', '.join(close)})" if close else ""))
         raise ValueError(f"{where}: unknown operator(s) {', '.join(map(repr, unknown))}; "
-                         f"expected 'all' or some of {', '.join(known)}")
+                         f"expected 'all' or {expected}")
 
 
 def reference_forced(name: str, known: Iterable[str]) -> bool:

@@ -148,6 +148,8 @@ def test_the_declaring_page_runs_as_written():
     user copies them: the softplus training step (its reference on this CPU,
     whose host provider lacks aclnnSoftplusBackward) and the RmsNorm pair."""
     import jax
+    import jax.numpy as jnp
+    import numpy as np
 
     text = (ROOT / "docs" / "declaring.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
@@ -157,3 +159,15 @@ def test_the_declaring_page_runs_as_written():
         exec(compile(block, "docs/declaring.md", "exec"), namespace)  # noqa: S102
     assert jax.tree.leaves(namespace["grads"])[0].shape == (4, 2)
     assert namespace["y"].shape == (4, 8) and namespace["rstd"].shape == (4, 1)
+    # the vjp's gradient of a loss through y and rstd equals the reference's
+    # (the page's vjp once left rstd's cotangent out, issue 36)
+    x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    gamma = np.linspace(0.5, 1.5, 8, dtype=np.float32)
+
+    def loss(norm):
+        return lambda x, g: sum(jnp.sum(jnp.sin(o)) for o in norm(x, g, epsilon=1e-6))
+
+    want = jax.grad(loss(namespace["rms_norm_reference"]), (0, 1))(x, gamma)
+    got = jax.grad(loss(namespace["rms_norm"]), (0, 1))(x, gamma)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)

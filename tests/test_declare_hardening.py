@@ -1,0 +1,305 @@
+"""declare() under attack (issue 36): each test reproduces one way the generic
+path crashed, answered wrongly or gave a confusing error, and fails without
+its fix. Where a value must arrive through the handler, the test provider's
+recording operators (csrc/testing/) record what their first phases receive;
+elsewhere the declared operator runs its reference (the host provider lacks
+it), whose numbers are checked against NumPy."""
+
+from __future__ import annotations
+
+import ctypes
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_aclnn as aclnn
+from declared_operators import LIBRARY, SOFTPLUS_BACKWARD, softplus_backward_reference
+
+pytestmark = pytest.mark.skipif(not LIBRARY.exists(),
+                                reason="the test provider is built with JAX_ACLNN_TESTING=ON")
+
+_NAMES = iter(range(10**6))
+
+
+def unique(stem: str) -> str:
+    """A fresh operator name: each test declares its own."""
+    return f"{stem}_{next(_NAMES)}"
+
+
+def recorded() -> list[str]:
+    lib = ctypes.CDLL(str(LIBRARY))
+    lib.jaxAclnnTestRecorded.restype = ctypes.c_char_p
+    text = lib.jaxAclnnTestRecorded().decode()
+    lib.jaxAclnnTestReset()
+    return [line for line in text.split("\n") if line]
+
+
+def all_kinds(**changes):
+    """aclnnRecordAllKinds (the recording operator taking every kind), with
+    its parameters' C types changed where ``changes`` says (same C ABI)."""
+    params = dict(alpha="const aclScalar*", group="int32_t")
+    params.update(changes)
+    return aclnn.declare(
+        "aclnnStatus aclnnRecordAllKindsGetWorkspaceSize(const aclTensor* self, "
+        f"const aclTensor* optionalOther, {params['alpha']} alpha, "
+        "const aclScalar* betaOptional, bool flag, int64_t count, double ratio, float scale, "
+        "const aclIntArray* dims, const aclBoolArray* mask, const aclFloatArray* weights, "
+        "const aclTensorList* tensors, const char* mode, int8_t cubeMathType, "
+        f"{params['group']} group, aclTensor* out, uint64_t* workspaceSize, "
+        "aclOpExecutor** executor)",
+        lambda self, optionalOther, tensors, **_: jnp.zeros_like(self),
+        name=unique("record_all_kinds"), library=LIBRARY)
+
+
+ALL_KINDS = all_kinds()
+ARGS = dict(alpha=1.0, betaOptional=None, flag=True, count=1, ratio=1.0, scale=1.0, dims=[1],
+            mask=[True], weights=[1.0], mode="m", cubeMathType=0, group=0)
+X = np.zeros((2,), np.float32)
+
+
+def fields(line: str) -> list[str]:
+    return line.split("; ")
+
+
+# --- item 2: tensor-list outputs keep the reference's structure -----------------
+
+SPLIT3 = ("aclnnStatus aclnnSplit3GetWorkspaceSize(const aclTensor *x, aclTensorList *outs, "
+          "uint64_t *workspaceSize, aclOpExecutor **executor)")
+
+
+@pytest.mark.parametrize("wrap", [lambda l: (l,), lambda l: l], ids=["tuple", "bare-list"])
+def test_a_sole_tensor_list_output_returns_every_tensor(wrap):
+    split3 = aclnn.declare(SPLIT3, lambda x: wrap([x, 2 * x, 3 * x]), name=unique("split3"))
+    x = jnp.arange(4.0)
+    for f in (split3, jax.jit(split3)):
+        got = f(x)
+        want = wrap([x, 2 * x, 3 * x])
+        assert jax.tree.structure(got) == jax.tree.structure(want)
+        for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+            np.testing.assert_array_equal(g, w)
+
+
+def test_a_list_and_a_tensor_output_keep_their_structure_under_vmap():
+    op = aclnn.declare(
+        "aclnnStatus aclnnSplitAndSumGetWorkspaceSize(const aclTensor *x, aclTensorList *parts, "
+        "aclTensor *total, uint64_t *workspaceSize, aclOpExecutor **executor)",
+        lambda x: ([x[:2], x[2:]], jnp.sum(x)), name=unique("split_and_sum"))
+    xs = jnp.arange(12.0).reshape(3, 4)
+    (parts, total) = jax.vmap(op)(xs)
+    np.testing.assert_array_equal(parts[0], xs[:, :2])
+    np.testing.assert_array_equal(parts[1], xs[:, 2:])
+    np.testing.assert_array_equal(total, xs.sum(1))
+
+
+def test_an_output_list_reaches_the_provider_whole():
+    op = aclnn.declare(
+        "aclnnStatus aclnnRecordListsGetWorkspaceSize(const aclTensorList *inputs, "
+        "const aclTensor *bias, aclTensorList *outputs, uint64_t *workspaceSize, "
+        "aclOpExecutor **executor)",
+        lambda inputs, bias: [2 * t for t in inputs], name=unique("record_lists"),
+        library=LIBRARY)
+    recorded()
+    x = jnp.ones((3,), jnp.float32)
+    out = jax.jit(op)([x, x, x], x)
+    assert isinstance(out, list) and [o.shape for o in out] == [(3,)] * 3
+    assert fields(recorded()[0])[2] == "list[tensor(f32,[3]),tensor(f32,[3]),tensor(f32,[3])]"
+
+
+# --- item 3: an absent optional tensor under vmap --------------------------------
+
+def test_vmap_of_an_elementwise_operator_with_an_absent_optional_tensor():
+    op = aclnn.declare(
+        "aclnnStatus aclnnAddOptionalGetWorkspaceSize(const aclTensor *self, "
+        "const aclTensor *otherOptional, aclTensor *out, uint64_t *workspaceSize, "
+        "aclOpExecutor **executor)",
+        lambda self, otherOptional: self if otherOptional is None else self + otherOptional,
+        name=unique("add_optional"), elementwise=True)
+    xs = jnp.arange(12.0).reshape(3, 4)
+    np.testing.assert_array_equal(jax.vmap(lambda x: op(x, None))(xs), xs)
+    np.testing.assert_array_equal(jax.vmap(lambda x: op(x, None))(xs[:, 0]), xs[:, 0])
+
+
+# --- item 4: an aclScalar's dtype is its value's, whatever came before ------------
+
+def test_a_scalars_dtype_does_not_depend_on_earlier_calls():
+    recorded()
+    for alpha, want in [(True, "scalar(bool,true)"), (1.0, "scalar(f32,1)"),
+                        (1, "scalar(i64,1)"), (1.0, "scalar(f32,1)"),
+                        (np.float32(1), "scalar(f32,1)"), (np.int32(1), "scalar(i32,1)")]:
+        ALL_KINDS(X, None, [X], **{**ARGS, "alpha": alpha})
+        assert fields(recorded()[0])[2] == want, alpha
+
+
+# --- item 5: reference parameters outside the prototype ---------------------------
+
+@pytest.mark.parametrize("reference", [
+    lambda gradOutput, self, *, beta, threshold, approximate="none": gradOutput,
+    lambda gradOutput, self, scale=2.0, *, beta, threshold: gradOutput,
+], ids=["keyword", "positional-with-default"])
+def test_a_reference_parameter_that_the_prototype_lacks_is_refused(reference):
+    with pytest.raises(ValueError, match="that the prototype does not have"):
+        aclnn.declare(SOFTPLUS_BACKWARD, reference, name=unique("extra"))
+
+
+def test_a_keyword_through_var_keyword_that_the_prototype_lacks_is_refused():
+    op = aclnn.declare(SOFTPLUS_BACKWARD, lambda g, x, **kw: g, name=unique("var_keyword"))
+    with pytest.raises(TypeError, match="approximate is not a parameter"):
+        op(X, X, beta=1.0, threshold=20.0, approximate="tanh")
+
+
+# --- item 6: operators without input tensors --------------------------------------
+
+def test_an_operator_without_input_tensors():
+    eye = aclnn.declare(
+        "aclnnStatus aclnnEyeGetWorkspaceSize(int64_t n, int64_t m, aclTensor *out, "
+        "uint64_t *workspaceSize, aclOpExecutor **executor)",
+        lambda *, n, m: jnp.eye(n, m), name=unique("eye"))
+    np.testing.assert_array_equal(eye(n=3, m=2), np.eye(3, 2))
+    np.testing.assert_array_equal(jax.jit(lambda: eye(n=2, m=2))(), np.eye(2))
+
+
+# --- item 7: element-wise operators past rank 8 -----------------------------------
+
+def test_elementwise_past_rank_eight_on_the_reference_path_and_under_vmap():
+    op = aclnn.declare(SOFTPLUS_BACKWARD, softplus_backward_reference,
+                       name=unique("softplus_rank"), elementwise=True)
+    rng = np.random.default_rng(0)
+    x9 = rng.standard_normal((2,) * 9).astype(np.float32)
+    want = softplus_backward_reference(x9, x9, beta=1.0, threshold=20.0)
+    np.testing.assert_allclose(op(x9, x9, beta=1.0, threshold=20.0), want, rtol=1e-6)
+    got = jax.vmap(lambda a: op(a, a, beta=1.0, threshold=20.0))(x9)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+# --- items 8, 9, 13: values checked, natural values taken --------------------------
+
+@pytest.mark.parametrize("change,match", [
+    ({"count": 2.9}, "count=2.9 is not an integer"),
+    ({"count": "5"}, "count='5' is not an integer"),
+    ({"dims": [0.5, 1.9]}, "dims=0.5 is not an integer"),
+    ({"flag": "false"}, "flag='false' is not a bool"),
+    ({"alpha": "0.5"}, "alpha='0.5' is not a number"),
+    ({"mode": 3}, "mode is a const char\\*: expected a str, got int"),
+    ({"weights": 1.0}, "weights is an aclFloatArray\\*: expected a sequence"),
+    ({"count": None}, "count is a int64_t, not a pointer"),
+])
+def test_a_value_not_of_its_parameters_kind_is_a_type_error(change, match):
+    with pytest.raises(TypeError, match=match):
+        ALL_KINDS(X, None, [X], **{**ARGS, **change})
+
+
+def test_numpy_arrays_and_zero_d_arrays_are_taken():
+    recorded()
+    ALL_KINDS(X, None, [X], **{**ARGS, "dims": np.arange(3), "alpha": jnp.float32(0.5),
+                              "weights": jnp.array([0.5, 1.0]), "count": np.int64(7),
+                              "mask": np.array([True, False])})
+    line = fields(recorded()[0])
+    assert line[2] == "scalar(f32,0.5)" and line[5] == "7"
+    assert line[8:11] == ["ints[0,1,2]", "bools[true,false]", "floats[0.5,1]"]
+
+
+def test_float32s_largest_value_as_numpy_prints_it_is_in_range():
+    recorded()
+    ALL_KINDS(X, None, [X], **{**ARGS, "scale": 3.4028235e38})
+    assert fields(recorded()[0])[7] == "3.40282347e+38"
+
+
+def test_an_acl_data_type_parameter_takes_a_dtype():
+    op = all_kinds(group="aclDataType")
+    recorded()
+    for dtype, code in [(jnp.float16, "1"), (np.float32, "0"), ("bfloat16", "27"),
+                        (jnp.int64, "9")]:
+        op(X, None, [X], **{**ARGS, "group": dtype})
+        assert fields(recorded()[0])[14] == code
+    with pytest.raises(TypeError, match="group is an aclDataType"):
+        op(X, None, [X], **{**ARGS, "group": 3})
+
+
+# --- item 10: a named library without the operator --------------------------------
+
+def test_a_library_without_the_operator_is_an_error_naming_the_symbol():
+    op = aclnn.declare(SOFTPLUS_BACKWARD.replace("SoftplusBackward", "SoftplusBackwrd"),
+                       softplus_backward_reference, name=unique("typo"), library=LIBRARY)
+    with pytest.raises(Exception, match="does not export aclnnSoftplusBackwrdGetWorkspaceSize "
+                                        "and aclnnSoftplusBackwrd"):
+        jax.jit(lambda x: op(x, x, beta=1.0, threshold=20.0))(X)
+
+
+# --- item 11: outputs= as one string -----------------------------------------------
+
+def test_outputs_given_as_one_string_is_one_name():
+    op = aclnn.declare(
+        "aclnnStatus aclnnNegGetWorkspaceSize(const aclTensor *self, const aclTensor *out, "
+        "uint64_t *workspaceSize, aclOpExecutor **executor)", lambda self: -self,
+        outputs="out", name=unique("neg"))
+    assert [p.name for p in op.aclnn_operator.prototype.outputs] == ["out"]
+
+
+# --- item 12: attribute names that JAX or the class use themselves ----------------
+
+def test_attribute_names_that_collide_with_internal_names():
+    names = ["absent", "list_sizes", "attrs", "ctx", "args", "platform", "alias", "in_avals",
+             "params", "name"]
+    op = aclnn.declare(
+        "aclnnStatus aclnnScaleByGetWorkspaceSize(const aclTensor *self, "
+        + "".join(f"double {n}, " for n in names)
+        + "aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)",
+        lambda self, **kw: self * sum(kw.values()), name=unique("scale_by"), elementwise=True)
+    values = {n: float(i) for i, n in enumerate(names)}
+    x = jnp.arange(3.0)
+    want = x * sum(values.values())
+    np.testing.assert_array_equal(jax.jit(lambda x: op(x, **values))(x), want)
+    np.testing.assert_array_equal(jax.vmap(lambda x: op(x, **values))(x), want)
+    np.testing.assert_array_equal(jax.grad(lambda x: op(x, **values).sum())(x),
+                                  np.full(3, sum(values.values())))
+
+
+# --- item 14: declaring again -----------------------------------------------------
+
+def test_declaring_the_same_operator_again_is_idempotent():
+    def cell():  # a notebook cell run twice defines equal functions
+        def reference(gradOutput, self, *, beta, threshold):
+            return gradOutput * beta
+        return aclnn.declare(SOFTPLUS_BACKWARD, reference, name="softplus_cell")
+
+    a, b = cell(), cell()
+    assert a.aclnn_operator is b.aclnn_operator
+    with pytest.raises(ValueError, match="exists already"):
+        aclnn.declare(SOFTPLUS_BACKWARD, softplus_backward_reference, name="softplus_cell")
+
+
+# --- item 15: errors that scale and that come early ---------------------------------
+
+def test_reference_path_error_names_the_closest_operators_only():
+    for _ in range(20):
+        aclnn.declare(SOFTPLUS_BACKWARD, softplus_backward_reference, name=unique("many"))
+    with pytest.raises(ValueError) as info:
+        with aclnn.reference_path("swish_backwrd"):
+            pass
+    message = str(info.value)
+    assert "swish_backward" in message and len(message) < 400 and "many_" not in message
+
+
+def test_array_values_past_the_handlers_bound_are_refused_when_traced():
+    with pytest.raises(ValueError, match="257 aclBoolArray and aclFloatArray values"):
+        jax.jit(lambda x: ALL_KINDS(x, None, [x], **{**ARGS, "weights": [1.0] * 256})).lower(X)
+
+
+# --- item 16: errors a newcomer meets ---------------------------------------------
+
+def test_a_forgotten_outputs_says_which_tensors_may_be_outputs():
+    with pytest.raises(ValueError, match=r"pass outputs=\('yOut', 'rstdOut'\)"):
+        aclnn.declare(
+            "aclnnStatus aclnnRmsNormGetWorkspaceSize(const aclTensor *x, const aclTensor *gamma, "
+            "double epsilon, const aclTensor *yOut, const aclTensor *rstdOut, "
+            "uint64_t *workspaceSize, aclOpExecutor **executor)",
+            lambda x, gamma, *, epsilon: (x, x), name=unique("rms_norm_no_outputs"))
+
+
+def test_a_traced_attribute_names_the_parameter_and_says_it_is_static():
+    op = aclnn.declare(SOFTPLUS_BACKWARD, softplus_backward_reference, name=unique("traced"))
+    with pytest.raises(TypeError, match="beta is a traced value .* static"):
+        jax.jit(lambda x, b: op(x, x, beta=b, threshold=20.0))(X, 1.0)
+
