@@ -274,20 +274,25 @@ def declare(prototype: str, reference: Callable[..., Any], *, outputs: Iterable[
     and ``reference`` the operator in pure JAX: the input tensors
     positionally in prototype order (a tensor list as a sequence; None for
     an optional tensor not given), every other parameter as a keyword named
-    as in the prototype; it returns the output tensors in prototype order
-    (one array, or a tuple). The returned function has the reference's
-    signature and runs one aclnn custom call wherever a provider has the
+    as in the prototype (and no parameter the prototype lacks); it returns
+    the output tensors in prototype order (one array or tensor list for one
+    output, else a tuple; a tensor list as a list of arrays). The returned
+    function has the reference's signature, and its result the reference's
+    structure; it runs one aclnn custom call wherever a provider has the
     operator: CANN on the NPU, on the CPU the host provider or ``library``;
     elsewhere (or on a CPU without it) the reference.
 
-    Parameter kinds: ``const aclTensor*`` (input; None passes a null
-    pointer), ``aclTensor*`` (output), ``const aclTensorList*`` /
-    ``aclTensorList*``, ``const aclScalar*`` (a Python float is an ACL_FLOAT
-    scalar, an int ACL_INT64, a NumPy scalar its own dtype; None passes a
-    null pointer), ``bool``, ``int8_t``, ``int32_t``, ``int64_t``,
-    ``double``, ``float``, ``const aclIntArray*``, ``const aclBoolArray*``,
-    ``const aclFloatArray*`` (sequences) and ``const char*``. Non-tensor
-    arguments are static: a traced value is refused by JAX.
+    Parameter kinds and the values they take: ``const aclTensor*`` (input;
+    None passes a null pointer), ``aclTensor*`` (output),
+    ``const aclTensorList*`` / ``aclTensorList*``, ``const aclScalar*`` (a
+    Python float is an ACL_FLOAT scalar, an int ACL_INT64, a bool ACL_BOOL,
+    a NumPy scalar or 0-d array its own dtype; None passes a null pointer),
+    ``bool`` (a bool, 0 or 1), ``int8_t``, ``int32_t``, ``int64_t`` (integers),
+    ``double``, ``float`` (numbers; a float beyond float32's range is
+    refused), ``const aclIntArray*``, ``const aclBoolArray*``,
+    ``const aclFloatArray*`` (sequences or 1-d arrays), ``aclDataType`` (a
+    JAX or NumPy dtype) and ``const char*`` (a str). Non-tensor arguments
+    are static: every call with new values compiles anew.
 
     Transformations: ``jit``; ``grad``/``jvp`` through the reference's
     derivative, or ``vjp`` when given; ``vmap`` in one call when
@@ -301,20 +306,26 @@ def declare(prototype: str, reference: Callable[..., Any], *, outputs: Iterable[
       prototype: the first-phase prototype (``aclnnStatus`` and a final
         ``;`` may be left out).
       reference: the operator in pure JAX, as above.
-      outputs: tensors that CANN's page prints as ``const aclTensor*`` but
-        the operator writes (aclnnLogitGrad's ``out``).
+      outputs: names of tensors that CANN's page prints as
+        ``const aclTensor*`` but the operator writes (aclnnRmsNorm's
+        ``yOut``, ``rstdOut``); a str is one name.
       name: the operator's name (its custom-call target is
         ``aclnn_<name>``, ``reference_path`` takes it); default the aclnn
-        name in snake case (``softplus_backward``).
+        name in snake case (``softplus_backward``). Declaring a name again
+        with the same prototype, reference code and options (a notebook
+        cell run again) returns the same operator.
       library: the absolute path of a library exporting the operator's two
-        phases (and, if it is a provider of its own, the descriptor
-        functions; those it lacks come from the platform's provider).
+        phases. A library that exports none of the aclnn descriptor
+        functions (``aclCreateTensor``, ...) uses the platform's provider's;
+        one that exports them is a provider of its own and must export each
+        set whole (descriptors; arrays and tensor lists; executor reuse,
+        without which every call runs both phases).
       elementwise: the outputs have the inputs' broadcast shape and each
         element depends on the same element of the inputs only.
       vjp: ``vjp(inputs, outputs, cotangents, **arguments)``, the input
         tensors' cotangents (a tuple, None for an input without one) from
-        the inputs, the outputs and their cotangents (single arrays for a
-        single output), e.g. a declared backward operator's call.
+        the inputs, the outputs and their cotangents (with the reference's
+        structure), e.g. a declared backward operator's call.
 
     Returns:
       The operator as a function with the reference's signature.
@@ -322,9 +333,16 @@ def declare(prototype: str, reference: Callable[..., Any], *, outputs: Iterable[
     Raises:
       ValueError: the prototype does not parse (naming the token), the
         reference's parameters are not the prototype's (its inputs
-        positionally, the others by name), ``name`` is taken, or (when
-        first traced) the reference's outputs are not the prototype's.
-      TypeError: ``reference`` or ``vjp`` is not callable.
+        positionally, the others by name, nothing else), ``name`` is taken
+        by another declaration, or (when first traced) the reference's
+        outputs are not the prototype's, a value lies beyond its C type's
+        range, or a call passes more arguments than the handler takes.
+      TypeError: ``reference`` or ``vjp`` is not callable; (when called) an
+        argument is not of its parameter's kind, is traced, or is not a
+        parameter of the prototype.
+      RuntimeError: (when lowered for the CPU) ``library`` cannot be loaded,
+        lacks the operator's two phases, or exports part of a set of
+        descriptor functions.
     """
     if not callable(reference):
         raise TypeError(f"declare: reference must be callable, got {type(reference).__name__}")
