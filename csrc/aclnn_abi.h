@@ -130,6 +130,18 @@ ACLNN_ABI_FUNCTIONS(ACLNN_DECLARE_FUNCTION)
 JAX_ACLNN_OPERATORS_WITH(ACLNN_ABI_OPERATOR_FUNCTIONS, ACLNN_DECLARE_FUNCTION)
 #undef ACLNN_DECLARE_FUNCTION
 
+// A provider's aclSetInputTensorAddr and aclSetOutputTensorAddr, both its
+// set_tensor_addr(function name, executor, index, tensor, addr, is_output).
+#define ACLNN_DEFINE_SET_TENSOR_ADDR(set_tensor_addr)                                    \
+  aclnnStatus aclSetInputTensorAddr(aclOpExecutor* executor, const size_t index,         \
+                                    aclTensor* tensor, void* addr) {                     \
+    return set_tensor_addr("aclSetInputTensorAddr", executor, index, tensor, addr, false); \
+  }                                                                                      \
+  aclnnStatus aclSetOutputTensorAddr(aclOpExecutor* executor, const size_t index,        \
+                                     aclTensor* tensor, void* addr) {                    \
+    return set_tensor_addr("aclSetOutputTensorAddr", executor, index, tensor, addr, true); \
+  }
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif

@@ -103,7 +103,8 @@ def test_every_source_file_is_built():
     on_disk = {str(p.relative_to(ROOT)) for p in (ROOT / "csrc").rglob("*.cc")}
     assert on_disk == (cmake_sources("ACLNN_HOST_SOURCES") | cmake_sources("ACLNN_HOST_KERNEL_SOURCES")
                        | cmake_sources("ACLNN_FFI_SOURCES") | cmake_sources("ACLNN_TESTING_SOURCES")
-                       | cmake_sources("ACLNN_TEST_PROVIDER_SOURCES"))
+                       | cmake_sources("ACLNN_TEST_PROVIDER_SOURCES")
+                       | cmake_sources("ACLNN_TEST_OPERATOR_LIBRARY_SOURCES"))
 
 
 #: Definitions of CMake options that BUILD leaves off (sanitizers, test hooks),

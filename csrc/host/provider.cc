@@ -260,15 +260,7 @@ static aclnnStatus SetTensorAddr(const char* fn, aclOpExecutor* executor, size_t
   return ACLNN_SUCCESS;
 }
 
-aclnnStatus aclSetInputTensorAddr(aclOpExecutor* executor, const size_t index, aclTensor* tensor,
-                                  void* addr) {
-  return SetTensorAddr("aclSetInputTensorAddr", executor, index, tensor, addr, false);
-}
-
-aclnnStatus aclSetOutputTensorAddr(aclOpExecutor* executor, const size_t index,
-                                   aclTensor* tensor, void* addr) {
-  return SetTensorAddr("aclSetOutputTensorAddr", executor, index, tensor, addr, true);
-}
+ACLNN_DEFINE_SET_TENSOR_ADDR(SetTensorAddr)
 
 // The second phase, the same for every operator: runs the executor.
 #define JAX_ACLNN_SECOND_PHASE(Name, name)                                                 \
