@@ -34,6 +34,17 @@ nb::dict StageCapsules(XLA_FFI_Handler* instantiate, XLA_FFI_Handler* execute) {
   return d;
 }
 
+// The CPU platform's provider (null when not loaded) or, with `library`,
+// that library's; throws when the library is refused.
+const Provider* CpuProviderOf(const std::string& library) {
+  const Provider& cpu = CpuProvider();
+  if (cpu.api == nullptr || library.empty()) return cpu.api ? &cpu : nullptr;
+  std::string error;
+  const Provider* p = LibraryProvider(library, cpu, &error);
+  if (p == nullptr) throw std::runtime_error(error);
+  return p;
+}
+
 }  // namespace
 
 NB_MODULE(_aclnn_ffi, m) {
@@ -79,19 +90,30 @@ NB_MODULE(_aclnn_ffi, m) {
   m.def(
       "provides",
       [](const std::string& name, const std::string& library) {
-        const Provider& cpu = CpuProvider();
-        if (cpu.api == nullptr) return false;
-        const Provider* p = &cpu;
-        std::string error;
-        if (!library.empty() && (p = LibraryProvider(library, cpu, &error)) == nullptr)
-          throw std::runtime_error(error);
+        const Provider* p = CpuProviderOf(library);
+        if (p == nullptr) return false;
         const OperatorPhases& phases = FindOperator(*p, name);
         return phases.first_phase != nullptr && phases.second_phase != nullptr;
       },
       nb::arg("name"), nb::arg("library") = "",
-      "Whether the CPU platform's provider (the host provider; with `library`, that library "
-      "over it) exports aclnn operator `name`'s two phases. Raises RuntimeError when the "
-      "library cannot be loaded.");
+      "Whether the CPU platform's provider (the host provider; with `library`, that library's "
+      "provider, ffi/provider.h) exports aclnn operator `name`'s two phases. Raises "
+      "RuntimeError when the library cannot be loaded or exports part of a set of the aclnn "
+      "ABI's functions.");
+
+  m.def(
+      "library_lacks",
+      [](const std::string& name, const std::string& library) {
+        if (library.empty()) throw std::invalid_argument("library_lacks: no library given");
+        const Provider* p = CpuProviderOf(library);
+        if (p == nullptr) throw std::runtime_error("the host aclnn provider is not loaded");
+        return LibraryLacks(*p, name);
+      },
+      nb::arg("name"), nb::arg("library"),
+      "The symbols of aclnn operator `name`'s two phases ('<name>GetWorkspaceSize', "
+      "'<name>', in that order) that `library` itself does not export, whatever the "
+      "platform's provider does; [] when it exports both. Raises RuntimeError as provides() "
+      "does.");
 
   m.def(
       "add_operator", [](const std::string& name) { OperatorCounters(name); }, nb::arg("name"),

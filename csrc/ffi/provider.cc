@@ -26,28 +26,69 @@ AclnnApi host_api, cann_api;
 std::atomic<const Provider*> host_loaded{nullptr}, cann_loaded{nullptr};
 std::atomic<bool> route_cpu_through_cann{false};
 
-// Resolves every ABI symbol from the first handle that has it. Returns the
-// name of a missing required symbol, or an empty string.
-std::string Resolve(const std::vector<void*>& handles, AclnnApi* api) {
-  auto lookup = [&](const char* name) -> void* {
-    for (void* h : handles)
-      if (void* p = dlsym(h, name)) return p;
-    return nullptr;
+void* Lookup(const std::vector<void*>& handles, const char* name) {
+  for (void* h : handles)
+    if (void* p = dlsym(h, name)) return p;
+  return nullptr;
+}
+
+// One of the ABI's function sets (aclnn_abi.h) as some handles export it.
+struct SetExports {
+  int found = 0;
+  std::vector<const char*> missing;  // the names not exported
+  bool whole() const { return missing.empty(); }
+  bool none() const { return found == 0; }
+  std::string Missing() const {
+    std::string names;
+    for (const char* name : missing) names += (names.empty() ? "" : ", ") + std::string(name);
+    return names;
+  }
+};
+
+template <typename Function>
+void ResolveOne(const std::vector<void*>& handles, const char* name, Function*& slot,
+                SetExports& set) {
+  slot = reinterpret_cast<Function*>(Lookup(handles, name));
+  if (slot != nullptr) ++set.found;
+  else set.missing.push_back(name);
+}
+
+// The ABI's sets: descriptors (required), arrays and executor reuse.
+struct Exports {
+  SetExports descriptors, arrays, reuse;
+  bool none() const { return descriptors.none() && arrays.none() && reuse.none(); }
+};
+
+// Resolves every ABI function from the first handle that exports it;
+// executor reuse is on when its whole set resolved.
+Exports Resolve(const std::vector<void*>& handles, AclnnApi* api) {
+  Exports e;
+#define JAX_ACLNN_DESCRIPTOR(ret, name, params) ResolveOne(handles, #name, api->name, e.descriptors);
+#define JAX_ACLNN_ARRAY(ret, name, params) ResolveOne(handles, #name, api->name, e.arrays);
+#define JAX_ACLNN_REUSE(ret, name, params) ResolveOne(handles, #name, api->name, e.reuse);
+  ACLNN_ABI_REQUIRED_FUNCTIONS(JAX_ACLNN_DESCRIPTOR)
+  ACLNN_ABI_ARRAY_FUNCTIONS(JAX_ACLNN_ARRAY)
+  ACLNN_ABI_EXECUTOR_REUSE_FUNCTIONS(JAX_ACLNN_REUSE)
+#undef JAX_ACLNN_REUSE
+#undef JAX_ACLNN_ARRAY
+#undef JAX_ACLNN_DESCRIPTOR
+  api->supports_executor_reuse = e.reuse.whole();
+  return e;
+}
+
+// What a library that is a provider of its own lacks: every required
+// function, and each optional set whole or not at all (the handlers call a
+// set's functions on each other's descriptors and executors). Empty when
+// it lacks nothing.
+std::string Incomplete(const Exports& e) {
+  std::string lacks;
+  auto add = [&](const SetExports& set, const char* what) {
+    lacks += (lacks.empty() ? "" : "; ") + set.Missing() + " (" + what + ")";
   };
-#define JAX_ACLNN_RESOLVE(ret, name, params) \
-  api->name = reinterpret_cast<ret(*) params>(lookup(#name));
-  ACLNN_ABI_FUNCTIONS(JAX_ACLNN_RESOLVE)
-#undef JAX_ACLNN_RESOLVE
-  api->supports_executor_reuse = true;
-#define JAX_ACLNN_OPTIONAL(ret, name, params) \
-  api->supports_executor_reuse = api->supports_executor_reuse && api->name != nullptr;
-  ACLNN_ABI_EXECUTOR_REUSE_FUNCTIONS(JAX_ACLNN_OPTIONAL)
-#undef JAX_ACLNN_OPTIONAL
-#define JAX_ACLNN_REQUIRE(ret, name, params) \
-  if (api->name == nullptr) return #name;
-  ACLNN_ABI_REQUIRED_FUNCTIONS(JAX_ACLNN_REQUIRE)
-#undef JAX_ACLNN_REQUIRE
-  return "";
+  if (!e.descriptors.whole()) add(e.descriptors, "descriptor functions, all required");
+  if (!e.arrays.whole() && !e.arrays.none()) add(e.arrays, "array functions, all or none");
+  if (!e.reuse.whole() && !e.reuse.none()) add(e.reuse, "executor-reuse functions, all or none");
+  return lacks;
 }
 
 bool IsFile(const std::string& path) { return access(path.c_str(), R_OK) == 0; }
@@ -60,8 +101,8 @@ std::optional<std::string> LoadHostProvider(const std::string& path) {
   if (path.empty() || path[0] != '/') return "the host provider path must be absolute: " + path;
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) return std::string("cannot load the host provider: ") + dlerror();
-  std::string missing = Resolve({handle}, &host_api);
-  if (!missing.empty()) return path + " does not export " + missing;
+  const Exports e = Resolve({handle}, &host_api);
+  if (!e.descriptors.whole()) return path + " does not export " + e.descriptors.missing.front();
   host_provider.api = &host_api;
   host_provider.origin = "host:" + path;
   host_provider.handles = {handle};
@@ -110,10 +151,10 @@ std::string LoadCann(const std::optional<std::string>& root) {
         if (h == nullptr) throw std::runtime_error(std::string("cannot load CANN: ") + dlerror());
         handles.push_back(h);
       }
-      std::string missing_symbol = Resolve(handles, &cann_api);
-      if (!missing_symbol.empty())
+      const Exports e = Resolve(handles, &cann_api);
+      if (!e.descriptors.whole())
         throw std::runtime_error("the CANN libraries in " + dir + " do not export " +
-                                 missing_symbol);
+                                 e.descriptors.missing.front());
       cann_provider.api = &cann_api;
       cann_provider.origin = "cann:" + dir;
       cann_provider.handles = handles;
@@ -156,11 +197,13 @@ const OperatorPhases& FindOperator(const Provider& provider, std::string_view na
   if (auto it = of_provider.find(name); it != of_provider.end()) return it->second;
   OperatorPhases phases;
   const std::string second(name), first = second + "GetWorkspaceSize";
-  for (void* h : provider.handles) {
-    if (phases.first_phase == nullptr) phases.first_phase = dlsym(h, first.c_str());
-    if (phases.second_phase == nullptr)
+  // Both phases from the first library that exports the first: a second
+  // phase is given the executor of its own library's first phase.
+  for (void* h : provider.handles)
+    if ((phases.first_phase = dlsym(h, first.c_str())) != nullptr) {
       phases.second_phase = reinterpret_cast<SecondPhase>(dlsym(h, second.c_str()));
-  }
+      break;
+    }
   phases.counters = &OperatorCounters(name);
   auto entry = of_provider.emplace(second, phases).first;
   entry->second.name = entry->first;  // the map's key: as long-lived as the entry
@@ -187,18 +230,38 @@ const Provider* LibraryProvider(const std::string& path, const Provider& platfor
     return nullptr;
   }
   auto l = std::make_unique<Loaded>();
-  l->provider.handles = {handle};
-  l->provider.handles.insert(l->provider.handles.end(), platform.handles.begin(),
-                             platform.handles.end());
-  std::string missing = Resolve(l->provider.handles, &l->api);
-  if (!missing.empty()) {
-    *error = "jax_aclnn: neither " + path + " nor the " + platform.origin + " provider exports " +
-             missing;
+  const Exports e = Resolve({handle}, &l->api);
+  if (e.none()) {
+    // Operators only (a custom operator package on CANN): the platform's
+    // descriptors and executors, its operators over the platform's.
+    l->provider.api = platform.api;
+    l->provider.origin = "library:" + path + " over " + platform.origin;
+    l->provider.handles = {handle};
+    l->provider.handles.insert(l->provider.handles.end(), platform.handles.begin(),
+                               platform.handles.end());
+  } else if (std::string lacks = Incomplete(e); !lacks.empty()) {
+    // Never completed from the platform's: its functions would be given
+    // this library's descriptors and executors.
+    dlclose(handle);
+    *error = "jax_aclnn: the operator library " + path +
+             " exports aclnn descriptor functions, so it must be a complete provider of its "
+             "own, but it does not export " + lacks;
     return nullptr;
+  } else {
+    // A provider of its own: descriptors, arrays, executors and operators
+    // all from the library.
+    l->provider.api = &l->api;
+    l->provider.origin = "library:" + path;
+    l->provider.handles = {handle};
   }
-  l->provider.api = &l->api;
-  l->provider.origin = "library:" + path;
   return &loaded.emplace(std::move(key), std::move(l)).first->second->provider;
+}
+
+std::vector<std::string> LibraryLacks(const Provider& library, std::string_view name) {
+  std::vector<std::string> lacks;
+  for (const std::string& symbol : {std::string(name) + "GetWorkspaceSize", std::string(name)})
+    if (dlsym(library.handles.front(), symbol.c_str()) == nullptr) lacks.push_back(symbol);
+  return lacks;
 }
 
 }  // namespace jax_aclnn

@@ -46,13 +46,25 @@ struct OperatorPhases {
 const OperatorPhases& FindOperator(const Provider& provider, std::string_view name);
 
 // The provider of a library that exports operators (`path` absolute) on
-// top of `platform`: each symbol is taken from the library if it exports it,
-// else from the platform's provider (a custom operator package on CANN
-// exports its operators only; a complete provider of its own exports the
-// descriptor functions too). Loaded once per library and platform provider.
-// Returns null with `error` set when the library cannot be loaded.
+// the platform's provider `platform`. Descriptors, arrays and executors come
+// from one provider: a library that exports none of the ABI's functions
+// (ACLNN_ABI_FUNCTIONS) takes them all from the platform, its operators
+// looked up in it first and then in the platform (a custom operator package
+// on CANN); a library that exports any is a provider of its own, every
+// function and operator taken from it alone, which must export the
+// descriptor functions all and the array and executor-reuse sets each all or
+// none (without the executor-reuse set, every call runs both phases).
+// Loaded once per library and platform provider. Returns null with `error`
+// set when the library cannot be loaded or exports part of a set (the error
+// names what it lacks).
 const Provider* LibraryProvider(const std::string& path, const Provider& platform,
                                 std::string* error);
+
+// Which of operator `name`'s two phases (nameGetWorkspaceSize, name) the
+// library of `library` (LibraryProvider's) itself does not export, whatever
+// the platform's provider exports: a user who names a library means its
+// operator. (Its first handle is the library's.)
+std::vector<std::string> LibraryLacks(const Provider& library, std::string_view name);
 
 // Loads the host provider library at `path` (absolute). Returns an error
 // message on failure. Thread-safe; loading again replaces nothing.
