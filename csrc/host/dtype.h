@@ -10,6 +10,7 @@
 #define JAX_ACLNN_HOST_DTYPE_H_
 
 #include <cstdint>
+#include <type_traits>
 
 #include "aclnn_abi.h"
 
@@ -107,44 +108,55 @@ constexpr const char* kHalfConversions = "NEON fcvtl/fcvtn";
 constexpr const char* kHalfConversions = "portable formulas";
 #endif
 
-// Contiguous float16 <-> float32: whole vectors with the CPU's conversion
-// instructions (round to nearest even; NaN stays NaN, subnormals exact,
-// MXCSR's DAZ/FTZ do not apply), the formulas above for the rest.
-inline void HalvesToFloats(const uint16_t* __restrict src, int64_t n, float* __restrict dst) {
+// Contiguous float16 <-> float32 (S, D: uint16_t and float, either way):
+// whole vectors with the CPU's conversion instructions (round to nearest
+// even; NaN stays NaN, subnormals exact, MXCSR's DAZ/FTZ do not apply), the
+// formulas above for the rest. One loop nest for both directions: the same
+// vector widths on the same CPUs.
+template <typename S, typename D>
+inline void ConvertHalves(const S* __restrict src, int64_t n, D* __restrict dst) {
+  constexpr bool kToFloat = std::is_same_v<D, float>;
   int64_t i = 0;
 #if defined(__AVX512F__)
-  for (; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(dst + i, _mm512_maskz_cvtph_ps(kAllLanes, _mm256_loadu_si256(
-                                                   reinterpret_cast<const __m256i*>(src + i))));
+  for (; i + 16 <= n; i += 16) {
+    if constexpr (kToFloat)
+      _mm512_storeu_ps(dst + i, _mm512_maskz_cvtph_ps(kAllLanes, _mm256_loadu_si256(
+                                                     reinterpret_cast<const __m256i*>(src + i))));
+    else
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                          _mm512_maskz_cvtps_ph(kAllLanes, _mm512_loadu_ps(src + i),
+                                                _MM_FROUND_TO_NEAREST_INT));
+  }
 #endif
 #if defined(__F16C__)
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(
-                                  reinterpret_cast<const __m128i*>(src + i))));
+  for (; i + 8 <= n; i += 8) {
+    if constexpr (kToFloat)
+      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(
+                                    reinterpret_cast<const __m128i*>(src + i))));
+    else
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                       _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+  }
 #elif defined(__aarch64__)
-  for (; i + 4 <= n; i += 4)
-    vst1q_f32(dst + i, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(src + i))));
+  for (; i + 4 <= n; i += 4) {
+    if constexpr (kToFloat)
+      vst1q_f32(dst + i, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(src + i))));
+    else
+      vst1_u16(dst + i, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(src + i))));
+  }
 #endif
-  for (; i < n; ++i) dst[i] = HalfToFloat(src[i]);
+  for (; i < n; ++i) {
+    if constexpr (kToFloat) dst[i] = HalfToFloat(src[i]);
+    else dst[i] = FloatToHalf(src[i]);
+  }
+}
+
+inline void HalvesToFloats(const uint16_t* __restrict src, int64_t n, float* __restrict dst) {
+  ConvertHalves(src, n, dst);
 }
 
 inline void FloatsToHalves(const float* __restrict src, int64_t n, uint16_t* __restrict dst) {
-  int64_t i = 0;
-#if defined(__AVX512F__)
-  for (; i + 16 <= n; i += 16)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
-                        _mm512_maskz_cvtps_ph(kAllLanes, _mm512_loadu_ps(src + i),
-                                              _MM_FROUND_TO_NEAREST_INT));
-#endif
-#if defined(__F16C__)
-  for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
-                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
-#elif defined(__aarch64__)
-  for (; i + 4 <= n; i += 4)
-    vst1_u16(dst + i, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(src + i))));
-#endif
-  for (; i < n; ++i) dst[i] = FloatToHalf(src[i]);
+  ConvertHalves(src, n, dst);
 }
 
 // Contiguous bfloat16 <-> float32: the formulas in loops without strides,
