@@ -136,6 +136,11 @@ def _aval_varying_axes(aval: Any) -> frozenset:
     return frozenset(mat.varying if mat is not None else getattr(aval, "vma", ()))
 
 
+def varying_axes(x: Any) -> frozenset:
+    """The ``shard_map`` manual axes over which ``x`` varies (its type's vma)."""
+    return _aval_varying_axes(jax.typeof(x))
+
+
 try:  # jax >= 0.10
     _insert_varying_casts = _core.auto_insert_reshard
 except AttributeError:  # jax 0.7 to 0.9
@@ -315,6 +320,13 @@ def is_function_argument(value: Any) -> bool:
     return isinstance(value, mlir.ir.BlockArgument)
 
 
+def for_export(ctx: mlir.LoweringRuleContext) -> bool:
+    """Whether the program being lowered is for ``jax.export`` (jax 0.7.2 to
+    0.10: ``LoweringParameters.for_export``), whose serialization takes no
+    Python callback (``custom_partitioning``'s)."""
+    return bool(getattr(ctx.module_context.lowering_parameters, "for_export", False))
+
+
 def spmd_partitioned(ctx: mlir.LoweringRuleContext) -> bool:
     """Whether XLA's SPMD partitioner will split the program being lowered
     over several devices outside any ``shard_map``.
@@ -344,6 +356,7 @@ __all__ = [
     "check_ffi_api",
     "check_jax_version",
     "dim_specs",
+    "for_export",
     "ffi_api_minor",
     "jaxlib_specifier",
     "lower_fun",
@@ -364,6 +377,7 @@ __all__ = [
     "sharded_dims",
     "spmd_partitioned",
     "type_spec",
+    "varying_axes",
     "version_specifier",
     "with_operand_types",
 ]

@@ -16,14 +16,14 @@ import functools
 import inspect
 import os
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from jax.core import ShapedArray
 
-from jax_aclnn import _arguments, _batching, _compat, _prototype, _registration
+from jax_aclnn import _arguments, _batching, _checks, _compat, _dims, _prototype, _registration
 from jax_aclnn._loading import _aclnn_ffi
 from jax_aclnn._primitive import OPERATORS, AclnnPrimitive
 
@@ -48,8 +48,13 @@ class DeclaredOperator(AclnnPrimitive):
     self_adjoint = False
 
     def __init__(self, prototype: _prototype.Prototype, reference: Callable[..., Any], *,
-                 name: str, library: str, elementwise: bool) -> None:
+                 name: str, library: str, elementwise: bool, rule: _dims.Rule | None = None,
+                 local_sizes: Mapping[str, str] | None = None) -> None:
         self.name = name
+        #: The dimension rule (``dims=``), or None.
+        self.rule = rule
+        #: {attribute: factor}: attributes set to the factor's size in each call's operands.
+        self.local_sizes = dict(local_sizes or {})
         self.aclnn_name = prototype.name
         self.operand_names = tuple(p.name for p in prototype.inputs)
         self.library = library
@@ -113,6 +118,27 @@ class DeclaredOperator(AclnnPrimitive):
             at += 1
         return positions
 
+    def operand_groups(self, list_sizes: Sequence[int]) -> list[int]:
+        """Each operand's input tensor parameter (its index in the prototype's inputs)."""
+        groups, sizes = [], iter(list_sizes)
+        for i, p in enumerate(self.prototype.inputs):
+            groups += [i] * (next(sizes) if p.kind == "tensor_list" else 1)
+        return groups
+
+    def _batch_in_one_call(self, args: Sequence[Any], dims: Sequence[Any], **params: Any) -> bool:
+        """Whether the rule lets vmap run one call (see :meth:`Rule.batchable`)
+        within aclnn's rank limit."""
+        groups = self.operand_groups(params["list_sizes"])
+        mapped = [groups[i] for i, d in enumerate(dims) if d is not _compat.not_mapped]
+        if not self.rule.batchable(mapped):
+            return False
+        example = [jax.ShapeDtypeStruct(
+            a.shape if d is _compat.not_mapped else a.shape[:d] + a.shape[d + 1:], a.dtype)
+            for a, d in zip(args, dims)]
+        ranks = [len(e.shape) + 1 for e in example] + [
+            o.ndim + 1 for o in self.abstract_eval(*example, **params)]
+        return max(ranks) <= _checks.MAX_RANK
+
     def operand_labels(self, list_sizes: Sequence[int]) -> list[str]:
         """The operands' names for messages (a tensor list's as ``name[i]``)."""
         labels, sizes = [], iter(list_sizes)
@@ -149,7 +175,18 @@ class DeclaredOperator(AclnnPrimitive):
                 moved[i] = jnp.broadcast_to(moved[i], shape)
             out = self.bind(*moved, **params)
             return out, [0] * len(out)
-        # any other operator: one call per example (jax.lax.map), never merged
+        if self.rule is not None and self._batch_in_one_call(args, dims, **params):
+            # the mapped dimension joins '...': moved in front, and the
+            # unmapped operands that have '...' broadcast along it
+            groups = self.operand_groups(params["list_sizes"])
+            moved = [jnp.moveaxis(a, d, 0) if d is not _compat.not_mapped else
+                     jnp.broadcast_to(a, (size,) + a.shape)
+                     if self.rule.inputs[groups[i]][:1] == (_dims.ELLIPSIS,)
+                     and i not in placeholders else a
+                     for i, (a, d) in enumerate(zip(args, dims))]
+            out = self.bind(*moved, **params)
+            return out, [0] * len(out)
+        # otherwise: one call per example (jax.lax.map), never merged
         mapped = [i for i, d in enumerate(dims) if d is not _compat.not_mapped]
 
         def one(xs):
@@ -162,12 +199,55 @@ class DeclaredOperator(AclnnPrimitive):
         out = jax.lax.map(one, xs)
         return out, [0] * len(out)
 
+    def arrays_by_parameter(self, in_avals: Sequence[Any], out_avals: Sequence[Any], *,
+                            absent: Sequence[str], list_sizes: Sequence[int]):
+        """The operands and results grouped by tensor parameter (a tensor
+        list's several, an absent tensor's placeholder None), as
+        :meth:`jax_aclnn._dims.Rule.factors` takes them."""
+        sizes = iter(list_sizes)
+
+        def group(params, avals):
+            it, out = iter(avals), []
+            for p in params:
+                if p.kind == "tensor_list":
+                    out.append([next(it) for _ in range(next(sizes))])
+                else:
+                    aval = next(it)
+                    out.append([None if p.name in absent else aval])
+            return out
+
+        return group(self.prototype.inputs, in_avals), group(self.prototype.outputs, out_avals)
+
     def factors(self, in_avals, out_avals, **params):
+        if self.rule is not None:
+            return self.rule.factors(*self.arrays_by_parameter(
+                in_avals, out_avals, absent=params["absent"], list_sizes=params["list_sizes"]),
+                where=self.name)
         if self.elementwise:  # a factor per dimension of the broadcast result
-            ins, (out,) = super().factors(in_avals, out_avals[:1], **params)
-            return ins, [out] * len(out_avals)
+            return super().factors(in_avals, out_avals, **params)
         # any other operator: replicated (its dimensions' meaning is not declared)
         return ([(None,) * a.ndim for a in in_avals], [(None,) * a.ndim for a in out_avals])
+
+    def placeholders(self, *, attrs, absent, list_sizes):
+        return frozenset(self.absent_operands(absent, list_sizes)), frozenset()
+
+    def call_attributes(self, inputs: Sequence[Any], attrs: tuple) -> tuple:
+        """``attrs`` with each attribute of :attr:`local_sizes` set to its
+        factor's size in the reference's ``inputs`` (a shard's blocks under
+        sharding, or inside ``shard_map``)."""
+        if not self.local_sizes:
+            return attrs
+        groups = [[None] if x is None else list(x) if isinstance(x, (list, tuple)) else [x]
+                  for x in inputs]
+        values = {a: self.rule.size(f, groups) for a, f in self.local_sizes.items()}
+        params = {p.name: p for p in self.prototype.attributes}
+        return tuple((n, _arguments.static_value(self.name, params[n], values[n])
+                      if n in values else v) for n, v in attrs)
+
+    def local_call(self, args, global_avals, **params):
+        inputs = self.user_inputs(args, params["absent"], params["list_sizes"])
+        params = dict(params, attrs=self.call_attributes(inputs, params["attrs"]))
+        return self.ffi_call(*args, **params)
 
     def bind(self, *args: Any, **params: Any) -> Any:
         if not args:  # an operator without input tensors (aclnnEye, aclnnArange)
@@ -258,8 +338,9 @@ def _provided_on_cpu(aclnn_name: str, library: str) -> bool:
 
 def declare(prototype: str, reference: Callable[..., Any], *, outputs: Iterable[str] = (),
             name: str | None = None, library: str | os.PathLike[str] | None = None,
-            elementwise: bool = False, vjp: Callable[..., Any] | None = None
-            ) -> Callable[..., Any]:
+            elementwise: bool = False, vjp: Callable[..., Any] | None = None,
+            dims: str | None = None, replicated: Iterable[str] = (),
+            local_sizes: Mapping[str, str] | None = None) -> Callable[..., Any]:
     """An aclnn operator from its CANN prototype, as a JAX function.
 
     ``prototype`` is the operator's first phase as CANN's documentation
@@ -294,13 +375,32 @@ def declare(prototype: str, reference: Callable[..., Any], *, outputs: Iterable[
     JAX or NumPy dtype) and ``const char*`` (a str). Non-tensor arguments
     are static: every call with new values compiles anew.
 
+    Dimension rules (``dims``): what each tensor dimension means, in the
+    notation of Shardy sharding rules: one group per tensor parameter in
+    prototype order, the inputs, ``->``, then the outputs (an absent
+    optional input keeps its group; a tensor list's group applies to each of
+    its tensors); a group is a space-separated list of factor names, one per
+    dimension; ``...`` stands for any number of leading dimensions (the same
+    in every group that uses it); ``1`` is a size-1 dimension never sharded.
+    aclnnRmsNorm: ``dims="... h, h -> ... h, ... 1", replicated=("h",)``.
+    A factor an output has is partitioned (each shard runs the operator on
+    its block); an output that lacks a factor an input has is a sum over it
+    (summed across the shards where that factor is sharded); a factor in
+    ``replicated`` is never partitioned (the operands are gathered along it
+    first). A factor whose size the mesh axes do not divide is left whole.
+
     Transformations: ``jit``; ``grad``/``jvp`` through the reference's
-    derivative, or ``vjp`` when given; ``vmap`` in one call when
-    ``elementwise`` (else one call per example, ``jax.lax.map``); sharding
-    along every dimension when ``elementwise`` (the outputs have the
-    operands' broadcast shape), else the operands are replicated (the
-    dimensions' meaning is not declared); ``jax.export`` for
-    ``["cpu", "npu"]`` (the importing process declares the same operator).
+    derivative, or ``vjp`` when given (its cotangents get their inputs'
+    sharding and, inside ``shard_map``, are summed over the manual axes
+    their input does not vary over); ``vmap`` in one call when
+    ``elementwise``, or when ``dims`` gives every output and every mapped
+    input a leading ``...`` (the mapped dimension joins it), else one call
+    per example (``jax.lax.map``); sharding from ``dims`` (``elementwise``
+    is one partitioned factor per dimension of the broadcast result; with
+    neither, the operands are replicated); ``jax.export`` for
+    ``["cpu", "npu"]`` (the importing process declares the same operator;
+    an exported program runs the operator unpartitioned, as its
+    serialization takes no Python callback).
 
     Args:
       prototype: the first-phase prototype (``aclnnStatus`` and a final
@@ -326,12 +426,20 @@ def declare(prototype: str, reference: Callable[..., Any], *, outputs: Iterable[
         tensors' cotangents (a tuple, None for an input without one) from
         the inputs, the outputs and their cotangents (with the reference's
         structure), e.g. a declared backward operator's call.
+      dims: the dimension rule (see above), or None.
+      replicated: factors of ``dims`` never partitioned (a normalized,
+        split or rotated dimension); a str is one name.
+      local_sizes: ``{attribute: factor}``: integer attributes that the
+        call sets to the factor's size in its operands, the local block's
+        under sharding (FlashAttentionScore's ``headNum``, the number of
+        heads on one card); the caller does not pass them.
 
     Returns:
       The operator as a function with the reference's signature.
 
     Raises:
-      ValueError: the prototype does not parse (naming the token), the
+      ValueError: the prototype or ``dims`` does not parse (naming the
+        token), ``dims`` does not match the prototype or the operands, the
         reference's parameters are not the prototype's (its inputs
         positionally, the others by name, nothing else), ``name`` is taken
         by another declaration, or (when first traced) the reference's
@@ -356,10 +464,13 @@ def declare(prototype: str, reference: Callable[..., Any], *, outputs: Iterable[
         raise ValueError(f"declare: library must be an absolute path, got {lib!r}")
     signature = inspect.signature(reference)
     _check_signature(proto, signature)
-    declaration = (proto, _function_key(reference), lib, bool(elementwise), _function_key(vjp))
+    rule, local_sizes = _rule(proto, name, dims, replicated, local_sizes, elementwise)
+    declaration = (proto, _function_key(reference), lib, bool(elementwise), _function_key(vjp),
+                   rule, tuple(sorted(local_sizes.items())))
     existing = OPERATORS.get(name)
     if existing is None:
-        op = DeclaredOperator(proto, reference, name=name, library=lib, elementwise=elementwise)
+        op = DeclaredOperator(proto, reference, name=name, library=lib, elementwise=elementwise,
+                              rule=rule, local_sizes=local_sizes)
         op.declaration = declaration
     elif getattr(existing, "declaration", None) == declaration:  # a re-run cell: the same
         op = existing
@@ -386,6 +497,11 @@ def declare(prototype: str, reference: Callable[..., Any], *, outputs: Iterable[
                 p in proto_attributes for p in list(signature.parameters)[len(proto.inputs):]):
             raise TypeError(f"{name}: {', '.join(extra) or 'an extra positional argument'} is "
                             f"not a parameter of {proto.first_phase} (it would have no effect)")
+        set_by_operands = [a for a in local_sizes if a in given and given[a] is not None]
+        if set_by_operands:
+            raise TypeError(f"{name}: {', '.join(set_by_operands)} is set from the operands "
+                            f"(local_sizes): do not pass it")
+        given.update(dict.fromkeys(local_sizes, 0))  # set from the operands in _call
         missing = [p.name for p in proto.attributes if p.name not in given]
         if missing:
             raise TypeError(f"{name}: missing argument(s) {', '.join(missing)}")
@@ -404,7 +520,9 @@ def declare(prototype: str, reference: Callable[..., Any], *, outputs: Iterable[
 
         def bwd(res, ct):
             xs, out = res
-            return tuple(vjp(xs, out, ct, **reference_attributes(attrs)))
+            cts = vjp(xs, out, ct, **reference_attributes(op.call_attributes(xs, attrs)))
+            return tuple(jax.tree.map(_typed_like, tuple(cts), tuple(xs),
+                                      is_leaf=lambda c: c is None))
 
         f.defvjp(fwd, bwd)
         return f(*inputs)
@@ -414,6 +532,44 @@ def declare(prototype: str, reference: Callable[..., Any], *, outputs: Iterable[
     apply.__signature__ = signature  # type: ignore[attr-defined]
     apply.aclnn_operator = op  # type: ignore[attr-defined]
     return apply
+
+
+def _typed_like(ct: Any, x: Any) -> Any:
+    """A cotangent with its primal's type: summed over the manual axes it
+    varies over and the primal does not (the transpose of the implicit
+    broadcast of an unvarying input into a ``shard_map``'s varying
+    computation: dgamma of a norm over a batch-sharded block), and
+    resharded to the primal's explicit sharding."""
+    if ct is None or x is None:
+        return ct
+    extra = _compat.varying_axes(ct) - _compat.varying_axes(x)
+    if extra:
+        ct = jax.lax.psum(ct, tuple(sorted(extra)))
+    return _compat.reshard_like(ct, jax.typeof(x))
+
+
+def _rule(proto: _prototype.Prototype, name: str, dims: str | None, replicated: Iterable[str],
+          local_sizes: Mapping[str, str] | None, elementwise: bool):
+    """The parsed ``dims`` rule (or None) and the checked ``local_sizes``."""
+    local_sizes = dict(local_sizes or {})
+    if dims is None:
+        if tuple(replicated) or local_sizes:
+            raise ValueError(f"declare({name}): replicated= and local_sizes= go with dims=")
+        return None, local_sizes
+    if elementwise:
+        raise ValueError(f"declare({name}): elementwise=True is a dims rule of its own; give "
+                         f"one of the two")
+    rule = _dims.parse(dims, len(proto.inputs), len(proto.outputs), replicated,
+                       where=f"declare({name}) dims")
+    kinds = {p.name: p.kind for p in proto.attributes}
+    for attribute, factor in local_sizes.items():
+        if kinds.get(attribute) not in ("int8", "int32", "int64"):
+            raise ValueError(f"declare({name}): local_sizes names {attribute!r}, which is not "
+                             f"an integer parameter of the prototype")
+        if not any(factor in g for g in rule.inputs):
+            raise ValueError(f"declare({name}): local_sizes binds {attribute!r} to factor "
+                             f"{factor!r}, which no input's group of {dims!r} has")
+    return rule, local_sizes
 
 
 def _function_key(f: Any) -> Any:
@@ -492,6 +648,7 @@ def _call(op: DeclaredOperator, inputs: list[Any], attrs: tuple) -> Any:
     inputs = [x if x is None or not isinstance(x, (list, tuple)) else list(x) for x in inputs]
     key = tuple(_avals_key(x if x is None or isinstance(x, list) else jnp.asarray(x))
                 for x in inputs)
+    attrs = op.call_attributes(inputs, attrs)
     tree, out_sizes = _output_structure(op, key, attrs)
     out = op.bind(*operands, attrs=attrs, absent=tuple(absent), list_sizes=tuple(sizes) + out_sizes)
     return jax.tree.unflatten(tree, out)

@@ -30,6 +30,7 @@ from jax_aclnn import (
     _batching,
     _checks,
     _compat,
+    _dims,
     _prototype,
     _registration,
     _sharding,
@@ -120,23 +121,30 @@ class AclnnPrimitive:
     def batch(self, args: Sequence[Any], dims: Sequence[Any], **params: Any) -> Any:
         raise NotImplementedError
 
+    def dims(self, in_avals: Sequence[Any], out_avals: Sequence[Any], **params: Any) -> str:
+        """The dimension rule of the operands and results of these avals
+        (:mod:`jax_aclnn._dims`'s notation). Default, for element-wise
+        operators with numpy broadcasting: a factor per dimension of the
+        (first) result, every result of its shape; an operand dimension that
+        broadcasts is a ``1``."""
+        return _dims.elementwise([a.shape for a in in_avals], out_avals[0].shape,
+                                 len(out_avals))
+
+    def placeholders(self, **params: Any) -> tuple[frozenset[int], frozenset[int]]:
+        """The operands and results that are zero-sized placeholders (absent
+        tensors): they are never sharded. Default: none."""
+        return frozenset(), frozenset()
+
     def factors(self, in_avals: Sequence[Any], out_avals: Sequence[Any],
                 **params: Any) -> tuple[list[_sharding.Factors], list[_sharding.Factors]]:
-        """Sharding factors of the operands and results (see :mod:`jax_aclnn._sharding`).
-
-        Default, for element-wise operators with numpy broadcasting: a factor
-        per dimension of the (single) result; operand dimensions that
-        broadcast get none.
-        """
-        shape = out_avals[0].shape
-        names = [f"d{i}" for i in range(len(shape))]
-
-        def operand(a: Any) -> _sharding.Factors:
-            offset = len(shape) - a.ndim
-            return tuple(names[offset + i] if n == shape[offset + i] else None
-                         for i, n in enumerate(a.shape))
-
-        return [operand(a) for a in in_avals], [tuple(names)]
+        """Sharding factors of the operands and results (see
+        :mod:`jax_aclnn._sharding`), from :meth:`dims`."""
+        rule = _dims.parse(self.dims(in_avals, out_avals, **params), len(in_avals),
+                           len(out_avals), where=self.name)
+        ins, outs = self.placeholders(**params)
+        return rule.factors([[None if i in ins else a] for i, a in enumerate(in_avals)],
+                            [[None if i in outs else o] for i, o in enumerate(out_avals)],
+                            where=self.name)
 
     def local_call(self, args: Sequence[Any], global_avals: Sequence[Any], **params: Any) -> list[Any]:
         """The custom call on one device's blocks ``args`` of operands whose
@@ -214,7 +222,7 @@ class AclnnPrimitive:
         return list(call(*args, **self.ffi_attributes(**params)))
 
     def _lower_ffi(self, ctx: Any, *args: Any, platform: str, **params: Any) -> Any:
-        if _compat.spmd_partitioned(ctx):
+        if _compat.spmd_partitioned(ctx) and not _compat.for_export(ctx):
             call = _sharding.partitioned(self, ctx.avals_in, ctx.avals_out, params)
         else:
             # Aliasing on the CPU only (see alias_gradient), and not where the

@@ -48,6 +48,12 @@ def reduction_factors(in_factors: Sequence[Factors], out_factors: Sequence[Facto
     return sorted(names(in_factors) - names(out_factors))
 
 
+def summed_factors(in_factors: Sequence[Factors], out: Factors) -> list[str]:
+    """Factors of the operands that the result of factors ``out`` lacks: it
+    is a sum over them."""
+    return reduction_factors(in_factors, [out])
+
+
 def sharding_rule(in_factors: Sequence[Factors], out_factors: Sequence[Factors]):
     """The Shardy rule string and its keyword arguments for ``def_partition``."""
     replicated: list[str] = []
@@ -127,7 +133,6 @@ def partitioned(op: Operator, in_avals: Sequence[Any], out_avals: Sequence[Any],
     """``op``'s custom call as a ``custom_partitioning`` function of its operands."""
     in_factors, out_factors = op.factors(in_avals, out_avals, **params)
     rule, rule_kwargs = sharding_rule(in_factors, out_factors)
-    reduced = reduction_factors(in_factors, out_factors)
 
     def call(*args):
         return op.ffi_call(*args, **params)
@@ -139,11 +144,15 @@ def partitioned(op: Operator, in_avals: Sequence[Any], out_avals: Sequence[Any],
         def sharding(fs: Factors) -> NamedSharding:
             return NamedSharding(mesh, PartitionSpec(*spec_entries(fs, axes)))
 
-        reduce_axes = tuple(a for f in reduced for a in axes.get(f, ()))
+        # Each result is summed over the sharded factors of the operands that
+        # it lacks: over every operand factor for batch norm's per-channel
+        # sums, over the rows for a norm's dgamma beside its row-sharded dx.
+        summed = [summed_factors(in_factors, fs) for fs in out_factors]
+        reduce_axes = [tuple(a for f in fs for a in axes.get(f, ())) for fs in summed]
 
         def lower_fn(*local_args):
             outs = op.local_call(local_args, in_avals, **params)
-            return [jax.lax.psum(o, reduce_axes) for o in outs] if reduce_axes else outs
+            return [jax.lax.psum(o, r) if r else o for o, r in zip(outs, reduce_axes)]
 
         return (mesh, lower_fn, [sharding(fs) for fs in out_factors],
                 tuple(sharding(fs) for fs in in_factors))

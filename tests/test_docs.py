@@ -153,7 +153,7 @@ def test_the_declaring_page_runs_as_written():
 
     text = (ROOT / "docs" / "declaring.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     namespace: dict = {}
     for block in blocks:
         exec(compile(block, "docs/declaring.md", "exec"), namespace)  # noqa: S102
@@ -171,3 +171,5 @@ def test_the_declaring_page_runs_as_written():
     got = jax.grad(loss(namespace["rms_norm"]), (0, 1))(x, gamma)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    assert namespace["dx"].shape == namespace["x"].shape
+    assert namespace["per_example"].shape == namespace["x"].shape

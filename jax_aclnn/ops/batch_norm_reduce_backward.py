@@ -94,17 +94,15 @@ class BatchNormReduceBackward(AclnnPrimitive):
             out = out + ch(ct_bias)
         return out.astype(dtype)
 
-    def factors(self, in_avals, out_avals, **params):
+    def dims(self, in_avals, out_avals, **params):
         # The channel factor is kept; every other data dimension is summed
-        # over (a reduction factor: sharded, the results are psum-ed).
-        g = in_avals[0]
-        data = tuple("c" if i == 1 else f"n{i}" for i in range(g.ndim))
+        # over (the results lack it: sharded, they are psum-ed).
+        data = " ".join(["n", "c"] + [f"s{i}" for i in range(2, in_avals[0].ndim)])
+        return f"{data}, {data}, c, c, c -> c, c, c, c"
 
-        def per_channel(a):  # zero-sized placeholders are never sharded
-            return ("c",) if a.shape[0] else (None,)
-
-        return ([data, data] + [per_channel(a) for a in in_avals[2:]],
-                [per_channel(o) for o in out_avals])
+    def placeholders(self, *, has_weight, input_g, weight_g, bias_g):
+        return (frozenset() if has_weight else frozenset({4}),
+                frozenset(i for i, w in enumerate(_wanted(input_g, weight_g, bias_g)) if not w))
 
     def bind_merged(self, operands, **params):
         # Past aclnn's rank limit: grad_out and input keep dims 0 and 1 (the
