@@ -11,7 +11,6 @@ where no provider has the operator.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import inspect
 import os
@@ -328,8 +327,7 @@ def _provided_on_cpu(aclnn_name: str, library: str) -> bool:
     except RuntimeError as e:
         raise RuntimeError(f"{aclnn_name}: {e}") from None
     if library and not provided:
-        lib = ctypes.CDLL(library)  # loaded already by provides(): its symbols
-        missing = [s for s in (aclnn_name + "GetWorkspaceSize", aclnn_name) if not hasattr(lib, s)]
+        missing = _aclnn_ffi.library_lacks(aclnn_name, library)
         if missing:
             raise RuntimeError(f"{aclnn_name}: the operator library {library} does not export "
                                f"{' and '.join(missing)}")

@@ -24,10 +24,13 @@ from dataclasses import dataclass
 from typing import Any
 
 #: A token of a group: a factor name, ``...`` or ``1``.
-_TOKEN = re.compile(r"\.\.\.|1|[A-Za-z_][A-Za-z0-9_]*")
+_TOKEN = re.compile(r"\.\.\.|1|[A-Za-z][A-Za-z0-9_]*")
+#: Names this module and :mod:`jax_aclnn._sharding` give factors themselves.
+_RESERVED = re.compile(r"(lead|unsharded)[0-9]+")
 ELLIPSIS = "..."
-#: Factor names of the dimensions ``...`` stands for (``...0`` the outermost).
-_LEADING = "...{}"
+#: Factor names of the dimensions ``...`` stands for (``lead0`` the outermost;
+#: Shardy's factor names start with a letter and hold no dots).
+_LEADING = "lead{}"
 
 Factors = tuple[str | None, ...]
 
@@ -140,7 +143,11 @@ def parse(text: str, n_inputs: int, n_outputs: int, replicated: Iterable[str] = 
             for t in tokens:
                 if not _TOKEN.fullmatch(t):
                     raise ValueError(f"{where}: unexpected token {t!r} in {text!r} (a factor "
-                                     f"name, '...' or '1')")
+                                     f"name, a letter then letters, digits or '_'; '...' "
+                                     f"or '1')")
+                if _RESERVED.fullmatch(t):
+                    raise ValueError(f"{where}: factor name {t!r} in {text!r} is reserved "
+                                     f"(jax_aclnn names factors so); pick another")
             if ELLIPSIS in tokens[1:]:
                 raise ValueError(f"{where}: '...' stands for leading dimensions: it comes first "
                                  f"in a group, not as in {raw.strip()!r}")
