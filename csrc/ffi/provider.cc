@@ -244,8 +244,9 @@ const Provider* LibraryProvider(const std::string& path, const Provider& platfor
     // this library's descriptors and executors.
     dlclose(handle);
     *error = "jax_aclnn: the operator library " + path +
-             " exports aclnn descriptor functions, so it must be a complete provider of its "
-             "own, but it does not export " + lacks;
+             " exports functions of the aclnn ABI (descriptors, arrays or executors), so it is "
+             "a provider of its own and must export each set whole, but it does not export " +
+             lacks;
     return nullptr;
   } else {
     // A provider of its own: descriptors, arrays, executors and operators
