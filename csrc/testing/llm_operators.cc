@@ -3,11 +3,16 @@
 //  - aclnnRotaryPositionEmbedding(Grad): hicann/ops-transformer
 //    posembedding/rotary_position_embedding/docs/aclnnRotaryPositionEmbedding.md,
 //    posembedding/rotary_position_embedding/op_host/op_api/aclnn_rotary_position_embedding.h,
-//    posembedding/rotary_position_embedding_grad/docs/aclnnRotaryPositionEmbeddingGrad.md.
+//    posembedding/rotary_position_embedding_grad/docs/aclnnRotaryPositionEmbeddingGrad.md;
+//  - aclnnCrossEntropyLoss(Grad): hicann/ops-nn
+//    loss/cross_entropy_loss/docs/aclnnCrossEntropyLoss.md (label smoothing as
+//    loss/cross_entropy_loss/op_kernel/cross_entropy_loss_fp32.h computes it),
+//    loss/cross_entropy_loss_grad/docs/aclnnCrossEntropyLossGrad.md;
 // Sums are accumulated in double; outputs are written contiguously.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -16,8 +21,6 @@
 
 namespace jax_aclnn::test_provider::ops {
 namespace {
-
-// ---- Rotary position embedding.
 
 // y[j] = x[a[j]] * cos[j] + sign[j] * x[b[j]] * sin[j] along D, one table
 // per mode (y = x * cos + x_rotate * sin in CANN's formulas, mode 3 reading
@@ -96,6 +99,49 @@ void ForEachRow(const RopeShape& s, F f) {
     for (int64_t i1 = 0; i1 < s.x_dims[1]; ++i1)
       for (int64_t i2 = 0; i2 < s.x_dims[2]; ++i2)
         f(row++, i0 * s.cos_strides[0] + i1 * s.cos_strides[1] + i2 * s.cos_strides[2]);
+}
+
+
+enum class Reduction { kNone, kMean, kSum };
+
+aclnnStatus ParseReduction(const char* op, const char* s, Reduction* r) {
+  const std::string v = s == nullptr ? "mean" : s;  // reductionOptional: null is "mean"
+  if (v == "none") *r = Reduction::kNone;
+  else if (v == "mean") *r = Reduction::kMean;
+  else if (v == "sum") *r = Reduction::kSum;
+  else return Fail(ACLNN_ERR_PARAM_INVALID, "%s: reductionOptional \"%s\" is not \"mean\", "
+                   "\"sum\" or \"none\"", op, v.c_str());
+  return ACLNN_SUCCESS;
+}
+
+// logits (N, C), C > 0; target (N) of int64 or int32 (the grad's page
+// lists int64 only: JAX without x64 has int32 class indices); weight (C).
+aclnnStatus CheckClasses(const char* op, const char* name, const aclTensor* logits,
+                         const aclTensor* target, const aclTensor* weight) {
+  RETURN_IF_ERROR(CheckRank(op, name, logits, 2, 2));
+  if (logits->dims[1] == 0)
+    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: %s %s has no classes", op, name, Shape(logits).c_str());
+  RETURN_IF_ERROR(CheckTensor(op, "target", target, {ACL_INT64, ACL_INT32}));
+  RETURN_IF_ERROR(CheckShape(op, "target", target, {logits->dims[0]}));
+  if (weight != nullptr) {
+    RETURN_IF_ERROR(CheckFloat32(op, "weightOptional", weight, /*strided_ok=*/true));
+    RETURN_IF_ERROR(CheckShape(op, "weightOptional", weight, {logits->dims[1]}));
+  }
+  return ACLNN_SUCCESS;
+}
+
+// Row n's class and its weight (0 when ignored); an error for a class
+// outside [0, C) that is not ignoreIndex.
+aclnnStatus RowClass(const char* op, const Slot& target, const Dense& weight, int64_t n,
+                     int64_t c, int64_t ignore_index, int64_t* t, double* w) {
+  *t = IntAt(target, n);
+  if (*t == ignore_index) return *w = 0, ACLNN_SUCCESS;
+  if (*t < 0 || *t >= c)
+    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: target[%lld] = %lld is outside [0, %lld) and not "
+                "ignoreIndex %lld", op, static_cast<long long>(n), static_cast<long long>(*t),
+                static_cast<long long>(c), static_cast<long long>(ignore_index));
+  *w = weight.get() ? weight[*t] : 1.0;
+  return ACLNN_SUCCESS;
 }
 
 }  // namespace
@@ -203,5 +249,150 @@ EXPORT aclnnStatus aclnnRotaryPositionEmbeddingGradGetWorkspaceSize(
                       workspaceSize, executor);
 }
 
+
+// l_n = (1 - labelSmoothing) * -weight[y_n] * logProb[n, y_n] + labelSmoothing
+// / C * -sum_c weight[c] * logProb[n, c], 0 where y_n == ignoreIndex;
+// lossOut = l ("none", [N]), sum(l) ("sum", [1]) or sum(l) / sum_n
+// weight[y_n] * (y_n != ignoreIndex) ("mean", [1]); logProbOut = log_softmax.
+// The zloss outputs must be given ([0] or the documented shape) and are not
+// computed (the page: "not supported yet"), nor does lseSquareScaleForZloss
+// or returnZloss change anything.
+EXPORT aclnnStatus aclnnCrossEntropyLossGetWorkspaceSize(
+    const aclTensor* input, const aclTensor* target, const aclTensor* weightOptional,
+    char* reductionOptional, int64_t ignoreIndex, double labelSmoothing,
+    double lseSquareScaleForZloss, bool returnZloss, const aclTensor* lossOut,
+    const aclTensor* logProbOut, const aclTensor* zlossOut, const aclTensor* lseForZlossOut,
+    uint64_t* workspaceSize, aclOpExecutor** executor) {
+  const char* op = "aclnnCrossEntropyLoss";
+  (void)returnZloss;
+  RETURN_IF_ERROR(CheckNotNull(op, "workspaceSize", workspaceSize));
+  RETURN_IF_ERROR(CheckNotNull(op, "executor", executor));
+  RETURN_IF_ERROR(CheckFloat32(op, "input", input, /*strided_ok=*/true));
+  RETURN_IF_ERROR(CheckNotNull(op, "target", target));
+  const char* outs[] = {"lossOut", "logProbOut", "zlossOut", "lseForZlossOut"};
+  const aclTensor* out_tensors[] = {lossOut, logProbOut, zlossOut, lseForZlossOut};
+  for (int i = 0; i < 4; ++i) RETURN_IF_ERROR(CheckFloat32(op, outs[i], out_tensors[i]));
+  RETURN_IF_ERROR(CheckClasses(op, "input", input, target, weightOptional));
+  Reduction reduction;
+  RETURN_IF_ERROR(ParseReduction(op, reductionOptional, &reduction));
+  if (!(labelSmoothing >= 0 && labelSmoothing <= 1))
+    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: labelSmoothing %g is outside [0, 1]", op, labelSmoothing);
+  if (!(lseSquareScaleForZloss >= 0 && lseSquareScaleForZloss < 1))
+    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: lseSquareScaleForZloss %g is outside [0, 1)", op,
+                lseSquareScaleForZloss);
+  const int64_t n = input->dims[0], c = input->dims[1];
+  const Dims loss_dims = reduction == Reduction::kNone ? Dims{n} : Dims{1};
+  RETURN_IF_ERROR(CheckShape(op, "lossOut", lossOut, loss_dims));
+  RETURN_IF_ERROR(CheckShape(op, "logProbOut", logProbOut, input->dims));
+  if (Numel(zlossOut) != 0) RETURN_IF_ERROR(CheckShape(op, "zlossOut", zlossOut, loss_dims));
+  if (Numel(lseForZlossOut) != 0)
+    RETURN_IF_ERROR(CheckShape(op, "lseForZlossOut", lseForZlossOut, {n}));
+  Kernel kernel = [=](const std::vector<Slot>& in, const std::vector<Slot>& out) -> aclnnStatus {
+    RETURN_IF_ERROR(CheckData(op, in, out));
+    const Dense x(in[0]), weight(in[2]);
+    float *loss = Floats(out[0]), *log_prob = Floats(out[1]);
+    double total = 0, weight_total = 0;
+    for (int64_t r = 0; r < n; ++r) {
+      const float* x_r = x.get() + r * c;
+      double max = x_r[0], sum = 0;
+      for (int64_t j = 1; j < c; ++j) max = std::max(max, double(x_r[j]));
+      for (int64_t j = 0; j < c; ++j) sum += std::exp(x_r[j] - max);
+      const double lse = max + std::log(sum);
+      double smooth = 0;
+      for (int64_t j = 0; j < c; ++j) {
+        log_prob[r * c + j] = float(x_r[j] - lse);
+        smooth -= (weight.get() ? weight[j] : 1.0) * (x_r[j] - lse);
+      }
+      int64_t t;
+      double w;
+      RETURN_IF_ERROR(RowClass(op, in[1], weight, r, c, ignoreIndex, &t, &w));
+      const double l = t == ignoreIndex ? 0.0
+                       : (1 - labelSmoothing) * -w * (x_r[t] - lse) + labelSmoothing / c * smooth;
+      if (reduction == Reduction::kNone) loss[r] = float(l);
+      total += l;
+      weight_total += w;
+    }
+    if (reduction == Reduction::kSum) loss[0] = float(total);
+    if (reduction == Reduction::kMean) loss[0] = float(total / weight_total);
+    return ACLNN_SUCCESS;
+  };
+  return MakeExecutor(op, {SlotOf(input), SlotOf(target), SlotOf(weightOptional)},
+                      {SlotOf(lossOut), SlotOf(logProbOut), SlotOf(zlossOut), SlotOf(lseForZlossOut)},
+                      std::move(kernel), workspaceSize, executor);
+}
+
+// The gradient of the loss with respect to input, from the forward's
+// logProb (the grad page's formula): with mask = (y_n != ignoreIndex) and
+// d = sum_n weight[y_n] * mask for "mean" (else 1), g = gradLoss (per row
+// for "none"), nll = g * (1 - ls) / d * mask * weight[y_n] and smooth = g /
+// d * ls / C * mask: out[n, c] = p * nll - (c == y_n) * nll + p * smooth *
+// sum(weight) - smooth * weight[c], p = exp(logProb[n, c]). gradLoss is 0-D
+// (the page) or [1] (torch_npu's loss) for "mean"/"sum", [N] for "none". The
+// zloss inputs are checked and have no effect (the page: not supported yet).
+EXPORT aclnnStatus aclnnCrossEntropyLossGradGetWorkspaceSize(
+    const aclTensor* gradLoss, const aclTensor* logProb, const aclTensor* target,
+    const aclTensor* weightOptional, const aclTensor* gradZlossOptional,
+    const aclTensor* lseForZlossOptional, char* reductionOptional, int64_t ignoreIndex,
+    double labelSmoothing, double lseSquareScaleForZloss, const aclTensor* out,
+    uint64_t* workspaceSize, aclOpExecutor** executor) {
+  const char* op = "aclnnCrossEntropyLossGrad";
+  (void)lseSquareScaleForZloss;
+  RETURN_IF_ERROR(CheckNotNull(op, "workspaceSize", workspaceSize));
+  RETURN_IF_ERROR(CheckNotNull(op, "executor", executor));
+  RETURN_IF_ERROR(CheckFloat32(op, "gradLoss", gradLoss));
+  RETURN_IF_ERROR(CheckFloat32(op, "logProb", logProb));
+  RETURN_IF_ERROR(CheckNotNull(op, "target", target));
+  RETURN_IF_ERROR(CheckFloat32(op, "out", out));
+  if (gradZlossOptional) RETURN_IF_ERROR(CheckFloat32(op, "gradZlossOptional", gradZlossOptional));
+  if (lseForZlossOptional)
+    RETURN_IF_ERROR(CheckFloat32(op, "lseForZlossOptional", lseForZlossOptional));
+  RETURN_IF_ERROR(CheckClasses(op, "logProb", logProb, target, weightOptional));
+  Reduction reduction;
+  RETURN_IF_ERROR(ParseReduction(op, reductionOptional, &reduction));
+  if (!(labelSmoothing >= 0 && labelSmoothing <= 1))
+    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: labelSmoothing %g is outside [0, 1]", op, labelSmoothing);
+  const int64_t n = logProb->dims[0], c = logProb->dims[1];
+  if (reduction == Reduction::kNone) {
+    RETURN_IF_ERROR(CheckShape(op, "gradLoss", gradLoss, {n}));
+  } else if (gradLoss->dims != Dims{1}) {
+    RETURN_IF_ERROR(CheckShape(op, "gradLoss", gradLoss, {}));
+  }
+  RETURN_IF_ERROR(CheckShape(op, "out", out, logProb->dims));
+  Kernel kernel = [=](const std::vector<Slot>& in, const std::vector<Slot>& out) -> aclnnStatus {
+    RETURN_IF_ERROR(CheckData(op, in, out));
+    const float *grad = Floats(in[0]), *log_prob = Floats(in[1]);
+    const Dense weight(in[3]);
+    double d = 1, weight_sum = 0;
+    std::vector<int64_t> t(n);
+    std::vector<double> w(n);
+    for (int64_t r = 0; r < n; ++r)
+      RETURN_IF_ERROR(RowClass(op, in[2], weight, r, c, ignoreIndex, &t[r], &w[r]));
+    if (reduction == Reduction::kMean) {
+      d = 0;
+      for (int64_t r = 0; r < n; ++r) d += w[r];
+    }
+    for (int64_t j = 0; j < c; ++j) weight_sum += weight.get() ? weight[j] : 1.0;
+    float* dx = Floats(out[0]);
+    for (int64_t r = 0; r < n; ++r) {
+      const double g = grad[reduction == Reduction::kNone ? r : 0];
+      const bool kept = t[r] != ignoreIndex;
+      const double nll = kept ? g * (1 - labelSmoothing) / d * w[r] : 0.0;
+      const double smooth = kept ? g / d * labelSmoothing / c : 0.0;
+      for (int64_t j = 0; j < c; ++j) {
+        const double p = std::exp(double(log_prob[r * c + j]));
+        const double wj = weight.get() ? weight[j] : 1.0;
+        dx[r * c + j] = float(p * nll - (kept && j == t[r] ? nll : 0.0) + p * smooth * weight_sum -
+                              smooth * wj);
+      }
+    }
+    return ACLNN_SUCCESS;
+  };
+  return MakeExecutor(op, {SlotOf(gradLoss), SlotOf(logProb), SlotOf(target), SlotOf(weightOptional),
+                           SlotOf(gradZlossOptional), SlotOf(lseForZlossOptional)},
+                      {SlotOf(out)}, std::move(kernel), workspaceSize, executor);
+}
+
 JAX_ACLNN_TEST_SECOND_PHASE(RotaryPositionEmbedding)
 JAX_ACLNN_TEST_SECOND_PHASE(RotaryPositionEmbeddingGrad)
+JAX_ACLNN_TEST_SECOND_PHASE(CrossEntropyLoss)
+JAX_ACLNN_TEST_SECOND_PHASE(CrossEntropyLossGrad)
