@@ -236,7 +236,8 @@ def encode(prototype: Prototype, values: Mapping[str, Any], library: str = "") -
         if p.kind == "tensor":
             absent = value is ABSENT
             tensors += not absent
-            kinds.append(KIND[("kAbsent" if absent else "k") + ("Output" if p.output else "Input")])
+            role = "InOut" if p.inplace else "Output" if p.output else "Input"
+            kinds.append(KIND[("kAbsent" if absent else "k") + role])
         elif p.kind == "tensor_list":
             kinds.append(KIND["kOutputList" if p.output else "kInputList"])
             ints.append(int(value))

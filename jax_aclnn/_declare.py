@@ -84,7 +84,7 @@ class DeclaredOperator(AclnnPrimitive):
                   ) -> list[Any]:
         inputs = self.user_inputs(operands, absent, list_sizes)
         out = self.user_reference(*inputs, **reference_attributes(attrs))
-        return [o for group in output_groups(self.prototype, out) for o in group]
+        return [o for group in output_groups(self.prototype, out, absent) for o in group]
 
     def abstract_eval(self, *avals: Any, **params: Any) -> list[Any]:
         shapes = jax.eval_shape(functools.partial(self.reference, **params),
@@ -99,6 +99,22 @@ class DeclaredOperator(AclnnPrimitive):
                  if p.kind == "tensor_list"]  # inputs, then outputs: the order of list_sizes
         values.update({p.name: next(sizes) for p in lists})
         return values
+
+    def output_aliases(self, *, attrs: tuple, absent: tuple, list_sizes: tuple) -> dict[int, int]:
+        """{operand: result} of the tensors updated in place (CANN's
+        ``...Ref``): one buffer, XLA's ``input_output_aliases``."""
+        def positions(params, sizes):
+            at, out = 0, {}
+            for p in params:
+                out[p.name] = at
+                at += next(sizes) if p.kind == "tensor_list" else 1
+            return out
+
+        sizes = iter(list_sizes)
+        ins = positions(self.prototype.inputs, sizes)
+        outs = positions(self.prototype.outputs, sizes)
+        return {ins[p.name]: outs[p.name] for p in self.prototype.outputs
+                if p.inplace and p.name not in absent}
 
     def ffi_platforms(self) -> tuple[str, ...]:
         # On the CPU only where the host provider (or the library) has it.
@@ -194,7 +210,8 @@ class DeclaredOperator(AclnnPrimitive):
                 full[i] = x
             return self.bind(*full, **params)
 
-        xs = [jnp.moveaxis(args[i], dims[i], 0) for i in mapped]
+        # jax.lax.map scans the leading axis, which must not be sharded (explicit axes)
+        xs = [_unsharded_leading(jnp.moveaxis(args[i], dims[i], 0)) for i in mapped]
         out = jax.lax.map(one, xs)
         return out, [0] * len(out)
 
@@ -274,12 +291,28 @@ class DeclaredOperator(AclnnPrimitive):
                                      [operands[i] for i in present])
 
 
+def placeholder() -> jax.Array:
+    """The operand (and, for an in-place tensor, the result) standing for an
+    absent tensor: zero-sized, never read (the operator gets null)."""
+    return jnp.zeros((0,), jnp.float32)
+
+
+def _unsharded_leading(x: Any) -> Any:
+    """``x`` with its leading axis unsharded (gathered where an explicit mesh
+    axis shards it)."""
+    spec = _compat.dim_specs(x)
+    if spec[0] is None:
+        return x
+    return jax.sharding.reshard(x, jax.sharding.PartitionSpec(None, *spec[1:]))
+
+
 def reference_attributes(attrs: tuple) -> dict[str, Any]:
     """The reference's keyword arguments from the primitive's ``attrs``."""
     return {name: _arguments.reference_value(v) for name, v in attrs}
 
 
-def output_groups(proto: _prototype.Prototype, out: Any) -> list[list[Any]]:
+def output_groups(proto: _prototype.Prototype, out: Any, absent: Sequence[str] = ()
+                  ) -> list[list[Any]]:
     """The reference's result as one list per output parameter (a tensor's
     a list of one), checked against the prototype.
 
@@ -307,6 +340,12 @@ def output_groups(proto: _prototype.Prototype, out: Any) -> list[list[Any]]:
             f"({', '.join(p.name for p in proto.outputs)})")
     result = []
     for p, g in zip(proto.outputs, groups):
+        if p.name in absent:  # an absent in-place tensor: the reference returns None for it
+            if g is not None:
+                raise ValueError(f"declare({proto.name}): {p.name} is absent: the reference "
+                                 f"returns None for it")
+            result.append([placeholder()])
+            continue
         if p.kind == "tensor_list" and not seq(g):
             raise ValueError(f"declare({proto.name}): output {p.name} is a tensor list: the "
                              f"reference returns a sequence of arrays for it, got "
@@ -326,7 +365,7 @@ def _provided_on_cpu(aclnn_name: str, library: str) -> bool:
         provided = _aclnn_ffi.provides(aclnn_name, library)
     except RuntimeError as e:
         raise RuntimeError(f"{aclnn_name}: {e}") from None
-    if library and not provided:
+    if library:  # the library's own phases: an operators-only library falls back to nothing
         missing = _aclnn_ffi.library_lacks(aclnn_name, library)
         if missing:
             raise RuntimeError(f"{aclnn_name}: the operator library {library} does not export "
@@ -617,12 +656,13 @@ def _abstract(key: Any) -> Any:
 
 
 @functools.lru_cache(maxsize=4096)
-def _output_structure(op: DeclaredOperator, inputs: tuple, attrs: tuple) -> tuple[Any, tuple]:
+def _output_structure(op: DeclaredOperator, inputs: tuple, attrs: tuple, absent: tuple
+                      ) -> tuple[Any, tuple]:
     """The reference's result structure (a pytree definition) and its output
     lists' lengths, for inputs described by :func:`_avals_key`."""
     out = jax.eval_shape(lambda *a: op.user_reference(*a, **reference_attributes(attrs)),
                          *(_abstract(k) for k in inputs))
-    groups = output_groups(op.prototype, out)
+    groups = output_groups(op.prototype, out, absent)
     sizes = tuple(len(g) for p, g in zip(op.prototype.outputs, groups) if p.kind == "tensor_list")
     return jax.tree.structure(out), sizes
 
@@ -640,15 +680,18 @@ def _call(op: DeclaredOperator, inputs: list[Any], attrs: tuple) -> Any:
             sizes.append(len(x))
         elif x is None:
             absent.append(p.name)
-            operands.append(jnp.zeros((0,), jnp.float32))
+            operands.append(placeholder())
         else:
             operands.append(jnp.asarray(x))
     inputs = [x if x is None or not isinstance(x, (list, tuple)) else list(x) for x in inputs]
     key = tuple(_avals_key(x if x is None or isinstance(x, list) else jnp.asarray(x))
                 for x in inputs)
     attrs = op.call_attributes(inputs, attrs)
-    tree, out_sizes = _output_structure(op, key, attrs)
+    tree, out_sizes = _output_structure(op, key, attrs, tuple(absent))
     out = op.bind(*operands, attrs=attrs, absent=tuple(absent), list_sizes=tuple(sizes) + out_sizes)
+    if absent:  # an absent in-place tensor's result is a placeholder; the reference's None
+        placeholders = {i for i, p in enumerate(op.prototype.outputs) if p.name in absent}
+        out = [o for i, o in enumerate(out) if i not in placeholders]
     return jax.tree.unflatten(tree, out)
 
 

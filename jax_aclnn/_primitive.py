@@ -130,6 +130,11 @@ class AclnnPrimitive:
         return _dims.elementwise([a.shape for a in in_avals], out_avals[0].shape,
                                  len(out_avals))
 
+    def output_aliases(self, **params: Any) -> dict[int, int]:
+        """{operand: result}: results that take an operand's buffer because
+        the operator updates it in place. Default: none."""
+        return {}
+
     def placeholders(self, **params: Any) -> tuple[frozenset[int], frozenset[int]]:
         """The operands and results that are zero-sized placeholders (absent
         tensors): they are never sharded. Default: none."""
@@ -212,7 +217,7 @@ class AclnnPrimitive:
         still needed)."""
         out = self.abstract_eval(*args, **params)
         out = list(out) if self.multiple_results else [out]
-        aliases = {}
+        aliases = self.output_aliases(**params)
         if alias and self.alias_gradient:
             g = args[self.linear_operand]
             if (g.shape, g.dtype) == (out[0].shape, out[0].dtype):

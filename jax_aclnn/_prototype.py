@@ -49,6 +49,9 @@ class Parameter:
     kind: str
     #: for a tensor or tensor list: whether the operator writes it
     output: bool = False
+    #: for a tensor: whether the operator updates it in place (CANN's
+    #: ``aclTensor *xxxRef``): an input and an output, one buffer
+    inplace: bool = False
 
     @property
     def is_tensor(self) -> bool:
@@ -70,7 +73,7 @@ class Prototype:
 
     @property
     def inputs(self) -> tuple[Parameter, ...]:
-        return tuple(p for p in self.parameters if p.is_tensor and not p.output)
+        return tuple(p for p in self.parameters if p.is_tensor and (p.inplace or not p.output))
 
     @property
     def outputs(self) -> tuple[Parameter, ...]:
@@ -109,7 +112,10 @@ def parse(text: str, outputs: Iterable[str] = ()) -> Prototype:
 
     A ``const aclTensor*`` is an input, an ``aclTensor*`` an output;
     ``outputs`` names tensors that are outputs whatever their ``const``
-    (CANN's pages print some outputs as ``const aclTensor *out``).
+    (CANN's pages print some outputs as ``const aclTensor *out``). A
+    non-const ``aclTensor*`` named ``...Ref`` (CANN's naming of a tensor
+    updated in place: aclnnApplyAdamWV2's ``varRef``) is both an input and
+    an output.
 
     Raises:
       ValueError: the text is not such a prototype (naming the token, with
@@ -169,7 +175,8 @@ def parse(text: str, outputs: Iterable[str] = ()) -> Prototype:
         is_tensor = kind in ("tensor", "tensor_list")
         if name in outputs and not is_tensor:
             raise _error(text, at, f"outputs names {name!r}, which is not a tensor")
-        result.append(Parameter(name, kind, is_tensor and (name in outputs or not const)))
+        inplace = kind == "tensor" and not const and name.endswith("Ref") and name not in outputs
+        result.append(Parameter(name, kind, is_tensor and (name in outputs or not const), inplace))
     unknown = outputs - seen
     if unknown:
         raise ValueError(f"aclnn prototype: outputs names {', '.join(sorted(unknown))}, not "

@@ -276,7 +276,7 @@ def test_every_prototype_parameter_kind_has_an_argument_kind():
     assert len(set(codes)) == len(codes)
     values = {"scalar": 1.5, "bool": True, "int8": 1, "int32": 2, "int64": 3, "double": 0.5,
               "float": 0.25, "int_array": [1], "bool_array": [True], "float_array": [0.5],
-              "string": "s", "tensor_list": 2, "tensor": True}
+              "string": "s", "tensor_list": 2, "tensor": True, "dtype": "float32"}
     for ctype, kind in _prototype.KINDS.items():
         proto = _prototype.parse(f"aclnnXGetWorkspaceSize(const {ctype} p, uint64_t "
                                  f"*workspaceSize, aclOpExecutor **executor)")

@@ -342,7 +342,8 @@ def _check_declared_operator_on_npu() -> None:
     aclnn.declare(SOFTPLUS_BACKWARD, softplus_backward_reference, name="softplus_backward_npu",
                   library=LIBRARY, elementwise=True)
     device, rng = rt.Device(), np.random.default_rng(SEED)
-    call = NpuCall("softplus_backward_npu", beta=0.5, threshold=2.0, absent=(), list_sizes=())
+    call = NpuCall("softplus_backward_npu", attrs=(("beta", 0.5), ("threshold", 2.0)), absent=(),
+                   list_sizes=())
     aclnn.reset_runtime_stats()
     for step in range(3):
         x = rng.normal(0, 10, (7, 5)).astype(np.float32)

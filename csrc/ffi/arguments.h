@@ -40,7 +40,10 @@ namespace jax_aclnn {
   X(kOutputList, 14, "aclTensorList*", "ints: n; the next n result buffers")         \
   X(kString, 15, "const char*", "strings: the next NUL-terminated string")           \
   X(kInt8, 16, "int8_t", "ints: the value")                                          \
-  X(kInt32, 17, "int32_t", "ints: the value")
+  X(kInt32, 17, "int32_t", "ints: the value")                                       \
+  X(kInOut, 18, "aclTensor*",                                                        \
+    "the next operand buffer and the next result buffer, one buffer (XLA's input_output_aliases): a tensor updated in place") \
+  X(kAbsentInOut, 19, "aclTensor*", "the next operand and result buffers (placeholders); passes null")
 
 enum class ArgKind : int64_t {
 #define JAX_ACLNN_ARGUMENT_KIND(kind, value, type, consumes) kind = value,

@@ -148,6 +148,21 @@ ffi::Error BuildOne(const Call& c, ArgKind kind, Values& v, Built& b, int* next_
       arg.value.pointer = t;
       break;
     }
+    case ArgKind::kInOut:
+    case ArgKind::kAbsentInOut: {
+      // Updated in place (CANN's xxxRef): the operand's buffer is the
+      // result's (input_output_aliases), described once, as an output. Its
+      // executor is not re-targeted (CANN does not document at which index
+      // an in-place tensor is an input and an output), as for tensor lists.
+      const bool absent = kind == ArgKind::kAbsentInOut;
+      JAX_ACLNN_TRY(in, NextTensor(c, b, false, true, next_in));
+      (void)in;
+      JAX_ACLNN_TRY(t, NextTensor(c, b, true, absent, next_out));
+      b.outputs[b.num_outputs++] = t;
+      b.one_shot = true;
+      arg.value.pointer = t;
+      break;
+    }
     case ArgKind::kNull: arg.value.pointer = nullptr; break;
     case ArgKind::kScalar: {
       JAX_ACLNN_TRY(dtype, v.Int());
@@ -199,7 +214,7 @@ ffi::Error BuildOne(const Call& c, ArgKind kind, Values& v, Built& b, int* next_
         (void)t;
       }
       JAX_ACLNN_TRY(list, b.d.TensorList(static_cast<int>(n)));
-      b.has_lists = true;
+      b.one_shot = true;
       arg.value.pointer = list;
       break;
     }

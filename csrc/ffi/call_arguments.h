@@ -49,7 +49,7 @@ struct Built {
   aclTensor* inputs[kMaxTensors];
   aclTensor* outputs[kMaxTensors];
   int num_inputs = 0, num_outputs = 0;
-  bool has_lists = false;  // tensor lists: executors are not re-targeted
+  bool one_shot = false;  // tensor lists or in-place tensors: executors are not re-targeted
   bool bools[kMaxArrayValues];
   float floats[kMaxArrayValues];
   int num_array_values = 0;

@@ -148,7 +148,7 @@ ffi::Error RunCached(const Call& c, const Operator& op, aclrtStream stream,
     aclOpExecutor* ex = nullptr;
     if (ffi::Error e = GetWorkspaceSize(c, op, b, &cached->workspace_size, &ex); e.failure())
       return e;
-    if (b.has_lists || api.aclSetAclOpExecutorRepeatable(ex) != ACLNN_SUCCESS) {
+    if (b.one_shot || api.aclSetAclOpExecutorRepeatable(ex) != ACLNN_SUCCESS) {
       s.refused = true;
       return Execute(op, ex, cached->workspace_size, /*consumed=*/true, stream, workspace);
     }
