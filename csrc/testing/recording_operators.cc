@@ -9,13 +9,20 @@
 #include <utility>
 #include <vector>
 
-#include "testing/test_provider.h"
+#include "testing/recording.h"
 
 namespace jax_aclnn::test_provider {
 namespace {
 
 std::mutex log_mutex;
 std::string log_text;  // the recording operators' lines, separated by '\n'
+
+template <typename Vector>
+std::string Join(const Vector& values) {
+  return test_provider::Join(values, [](auto value) { return Describe(value); });
+}
+
+}  // namespace
 
 // ---- The log format: Describe(argument).
 
@@ -26,11 +33,6 @@ std::string Describe(int64_t v) { return Format("%lld", static_cast<long long>(v
 std::string Describe(double v) { return Format("%.17g", v); }
 std::string Describe(float v) { return Format("%.9g", static_cast<double>(v)); }
 std::string Describe(const char* s) { return s ? "\"" + std::string(s) + "\"" : "null"; }
-
-template <typename Vector>
-std::string Join(const Vector& values) {
-  return test_provider::Join(values, [](auto value) { return Describe(value); });
-}
 
 std::string Describe(const aclTensor* t) {
   return t ? "tensor(" + DtypeName(t->dtype) + ",[" + Join(t->dims) + "])" : "null";
@@ -56,40 +58,28 @@ std::string Describe(const aclTensorList* l) {
   return "list[" + s + "]";
 }
 
-// Describes a first phase's arguments and collects its tensor parameters
-// (const: inputs, else outputs; a list's tensors in a row).
-struct Recorder {
-  std::string line;
-  std::vector<Slot> inputs, outputs;
-
-  void Add(const std::string& text) { line += (line.empty() ? "" : "; ") + text; }
-  template <typename T>
-  void Arg(T value) { Add(Describe(value)); }
-  void Arg(const aclTensor* t) { inputs.push_back(SlotOf(t)); Add(Describe(t)); }
-  void Arg(aclTensor* t) { outputs.push_back(SlotOf(t)); Add(Describe(t)); }
-  void Arg(const aclTensorList* l) { AddList(l, &inputs); }
-  void Arg(aclTensorList* l) { AddList(l, &outputs); }
-  void AddList(const aclTensorList* l, std::vector<Slot>* slots) {
-    if (l != nullptr)
-      for (const auto& t : l->tensors) slots->push_back(SlotOf(t.get()));
-    Add(Describe(l));
+aclnnStatus MakeRecordingExecutor(const char* op, Recorder recorded, Kernel kernel,
+                                  uint64_t* workspace_size, aclOpExecutor** executor) {
+  if (workspace_size == nullptr || executor == nullptr)
+    return Fail(ACLNN_ERR_PARAM_NULLPTR, "%s: workspaceSize or executor is null", op);
+  {
+    std::lock_guard<std::mutex> lock(log_mutex);
+    log_text += (log_text.empty() ? "" : "\n") + recorded.line;
   }
-};
+  return MakeExecutor(op, std::move(recorded.inputs), std::move(recorded.outputs),
+                      std::move(kernel), workspace_size, executor);
+}
+
+namespace {
 
 template <typename... Args>
 aclnnStatus Record(const char* op, uint64_t* workspace_size, aclOpExecutor** executor,
                    Args... args) {
-  if (workspace_size == nullptr || executor == nullptr)
-    return Fail(ACLNN_ERR_PARAM_NULLPTR, "%s: workspaceSize or executor is null", op);
   Recorder r;
   (r.Arg(args), ...);
-  {
-    std::lock_guard<std::mutex> lock(log_mutex);
-    log_text += (log_text.empty() ? "" : "\n") + r.line;
-  }
-  return MakeExecutor(op, std::move(r.inputs), std::move(r.outputs),
-                      [](const std::vector<Slot>&, const std::vector<Slot>&) { return 0; },
-                      workspace_size, executor);
+  return MakeRecordingExecutor(
+      op, std::move(r), [](const std::vector<Slot>&, const std::vector<Slot>&) { return 0; },
+      workspace_size, executor);
 }
 
 }  // namespace
