@@ -1,11 +1,14 @@
-"""``flax.linen.BatchNorm`` whose training-mode gradient runs aclnnBatchNormReduceBackward.
+"""``flax.linen.BatchNorm`` whose training-mode gradient runs
+aclnnBatchNormReduceBackward, and ``flax.linen.RMSNorm`` on aclnnRmsNorm /
+aclnnRmsNormGrad.
 
 Swap the import and nothing else changes::
 
     from jax_aclnn.flax import linen as aclnn_nn   # instead of flax.linen.BatchNorm
     x = aclnn_nn.BatchNorm(use_running_average=not train, momentum=0.9)(x)
+    x = aclnn_nn.RMSNorm()(x)
 
-See :class:`BatchNorm`.
+See :class:`BatchNorm` and :class:`RMSNorm`.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from flax import linen as nn
 from flax.linen import dtypes, module
 
 from jax_aclnn.flax import _batch_norm as _bn
+from jax_aclnn.flax import _rms_norm as _rms
 
 
 class BatchNorm(nn.BatchNorm):
@@ -112,3 +116,38 @@ class BatchNorm(nn.BatchNorm):
             ra_mean.value = _bn.running_average(ra_mean.value, mean, self.momentum, dtype)
             ra_var.value = _bn.running_average(ra_var.value, var, self.momentum, dtype)
         return y
+
+
+class RMSNorm(nn.RMSNorm):
+    """Drop-in ``flax.linen.RMSNorm`` (a subclass: same fields, defaults,
+    ``params`` ``scale`` and auto-generated name; the same numbers within
+    float32 rounding) whose forward runs aclnnRmsNorm and whose gradient
+    runs aclnnRmsNormGrad (:func:`jax_aclnn.nn.rms_norm`).
+
+    ``y = x * rsqrt(mean(x**2 over the last axis) + epsilon) * scale`` in
+    the dtype Flax gives x, scale and ``dtype``, computed in float32. The
+    fused kernels serve Flax's defaults (``reduction_axes=feature_axes=-1``,
+    ``use_scale=True``, no ``axis_name``, no mask); other configurations
+    run Flax's own code.
+    """
+
+    @module.compact
+    def __call__(self, x, *, mask: jax.Array | None = None):
+        """Normalizes ``x`` over its last axis; returns an array of its shape.
+
+        Args:
+          x: the input, ``(..., features)``.
+          mask: Flax's mask of the elements the statistics count (Flax's
+            code runs when it is given).
+
+        Returns:
+          The normalized ``x`` in Flax's result dtype.
+        """
+        if not _rms.fused(x, self.reduction_axes, self.feature_axes, self.axis_name, mask,
+                          self.use_scale):
+            return nn.RMSNorm.__call__.__wrapped__(self, x, mask=mask)
+        scale = self.param("scale", self.scale_init, (x.shape[-1],), self.param_dtype)
+        if not self.force_float32_reductions:
+            scale = jnp.asarray(scale, self.param_dtype)
+        return _rms.call(x, scale, self.epsilon,
+                         dtypes.canonicalize_dtype(x, scale, dtype=self.dtype))

@@ -1,11 +1,14 @@
-"""``flax.nnx.BatchNorm`` whose training-mode gradient runs aclnnBatchNormReduceBackward.
+"""``flax.nnx.BatchNorm`` whose training-mode gradient runs
+aclnnBatchNormReduceBackward, and ``flax.nnx.RMSNorm`` on aclnnRmsNorm /
+aclnnRmsNormGrad.
 
 Swap the import and nothing else changes::
 
     from jax_aclnn.flax import nnx as aclnn_nnx   # instead of flax.nnx.BatchNorm
     self.bn = aclnn_nnx.BatchNorm(64, momentum=0.9, rngs=rngs)
+    self.norm = aclnn_nnx.RMSNorm(512, rngs=rngs)
 
-See :class:`BatchNorm`.
+See :class:`BatchNorm` and :class:`RMSNorm`.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from flax.nnx.module import first_from
 from flax.nnx.nn import dtypes as _dtypes
 
 from jax_aclnn.flax import _batch_norm as _bn
+from jax_aclnn.flax import _rms_norm as _rms
 
 
 class BatchNorm(nnx.BatchNorm):
@@ -92,3 +96,35 @@ class BatchNorm(nnx.BatchNorm):
         self.mean[...] = _bn.running_average(self.mean[...], mean, self.momentum, dtype)
         self.var[...] = _bn.running_average(self.var[...], var, self.momentum, dtype)
         return y
+
+
+class RMSNorm(nnx.RMSNorm):
+    """Drop-in ``flax.nnx.RMSNorm`` (a subclass: same constructor arguments
+    and defaults, the same ``Param`` ``scale``, the same numbers within
+    float32 rounding) whose forward runs aclnnRmsNorm and whose gradient
+    runs aclnnRmsNormGrad (:func:`jax_aclnn.nn.rms_norm`).
+
+    ``y = x * rsqrt(mean(x**2 over the last axis) + epsilon) * scale`` in
+    the dtype Flax gives x, scale and ``dtype`` (``promote_dtype``),
+    computed in float32. The fused kernels serve Flax's defaults
+    (``reduction_axes=feature_axes=-1``, ``use_scale=True``, no
+    ``axis_name``, no mask); other configurations run Flax's own code.
+    """
+
+    def __call__(self, x, mask: jax.Array | None = None):
+        """Normalizes ``x`` over its last axis; returns an array of its shape.
+
+        Args:
+          x: the input, ``(..., num_features)``.
+          mask: Flax's mask of the elements the statistics count (Flax's
+            code runs when it is given).
+
+        Returns:
+          The normalized ``x`` in Flax's result dtype.
+        """
+        if not _rms.fused(x, self.reduction_axes, self.feature_axes, self.axis_name, mask,
+                          self.use_scale):
+            return super().__call__(x, mask)
+        x, scale = self.promote_dtype((x, self.scale[...]), dtype=self.dtype)
+        return _rms.call(x, scale, self.epsilon, _dtypes.canonicalize_dtype(x, scale,
+                                                                            dtype=self.dtype))

@@ -1,0 +1,26 @@
+"""What the linen and nnx RMSNorm layers share: when CANN's fused RMSNorm
+serves a layer's call, and the call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+
+from jax_aclnn.nn import rms_norm
+
+
+def fused(x: Any, reduction_axes: Any, feature_axes: Any, axis_name: Any, mask: Any,
+          use_scale: bool) -> bool:
+    """Whether :func:`jax_aclnn.nn.rms_norm` computes the layer: the last
+    axis normalized and scaled (Flax's defaults), one device's statistics, no
+    mask, a scale; otherwise the layer runs Flax's own code."""
+    last = lambda axes: tuple(a % x.ndim for a in jnp.atleast_1d(jnp.asarray(axes)).tolist())  # noqa: E731
+    return (use_scale and axis_name is None and mask is None and x.ndim >= 1
+            and last(reduction_axes) == (x.ndim - 1,) and last(feature_axes) == (x.ndim - 1,))
+
+
+def call(x: Any, scale: Any, epsilon: float, dtype: Any) -> Any:
+    """The layer's result: x and scale in ``dtype`` (Flax's result dtype of
+    x, scale and the layer's ``dtype``), normalized by aclnnRmsNorm."""
+    return rms_norm(jnp.asarray(x, dtype), jnp.asarray(scale, dtype), epsilon=epsilon)
