@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax.numpy as jnp
+import numpy as np
 
 from jax_aclnn.nn import rms_norm
 
@@ -15,7 +16,7 @@ def fused(x: Any, reduction_axes: Any, feature_axes: Any, axis_name: Any, mask: 
     """Whether :func:`jax_aclnn.nn.rms_norm` computes the layer: the last
     axis normalized and scaled (Flax's defaults), one device's statistics, no
     mask, a scale; otherwise the layer runs Flax's own code."""
-    last = lambda axes: tuple(a % x.ndim for a in jnp.atleast_1d(jnp.asarray(axes)).tolist())  # noqa: E731
+    last = lambda axes: tuple(int(a) % x.ndim for a in np.atleast_1d(axes))  # noqa: E731
     return (use_scale and axis_name is None and mask is None and x.ndim >= 1
             and last(reduction_axes) == (x.ndim - 1,) and last(feature_axes) == (x.ndim - 1,))
 

@@ -128,8 +128,9 @@ def rotary_embedding(x: Any, cos: Any, sin: Any, *, mode: str = "half") -> jax.A
     Args:
       x: ``(B, S, N, D)`` (batch, sequence, heads, head size), float32,
         float16 or bfloat16; D even.
-      cos, sin: broadcastable to x, D last (``(S, D)``, ``(1, S, 1, D)``,
-        ``(B, S, 1, D)``, ...); cast to x's dtype (CANN takes one dtype).
+      cos, sin: broadcastable to x by NumPy's rules, D last (``(1, S, 1,
+        D)``, ``(B, S, 1, D)``, ...: a table of shape ``(S, D)`` is
+        ``table[:, None]``); cast to x's dtype (CANN takes one dtype).
       mode: ``"half"`` or ``"interleave"``.
 
     Returns:

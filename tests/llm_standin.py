@@ -1,0 +1,140 @@
+"""The catalogue through the test provider's aclnn operators, in a process
+of its own: the provider (csrc/testing/) laid out as a CANN toolkit and the
+CPU platform routed through it, as on an NPU every call goes to CANN. Used
+by tests/test_nn_standin.py, which runs these functions in a spawned process
+(CANN loads once per process)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import jax_aclnn as aclnn
+from declared_operators import LIBRARY
+from jax_aclnn import _loading
+from jax_aclnn import nn
+
+#: The catalogue's aclnn operators.
+OPERATORS = ("aclnnRmsNorm", "aclnnRmsNormGrad", "aclnnAddRmsNorm", "aclnnSwiGlu",
+             "aclnnSwiGluGrad", "aclnnRotaryPositionEmbedding",
+             "aclnnRotaryPositionEmbeddingGrad", "aclnnCrossEntropyLoss",
+             "aclnnCrossEntropyLossGrad", "aclnnApplyAdamWV2")
+
+
+def route_through_the_test_provider() -> None:
+    lib64 = Path(tempfile.mkdtemp()) / "lib64"
+    lib64.mkdir()
+    for name in ("libopapi.so", "libnnopbase.so", "libascendcl.so"):
+        (lib64 / name).symlink_to(LIBRARY)
+    aclnn.load_cann(lib64.parent)
+    _loading._aclnn_ffi.route_cpu_through_cann(True)
+
+
+def calls() -> dict[str, int]:
+    stats = aclnn.runtime_stats()["calls"]
+    return {op: stats.get(op, {"execute": 0})["execute"] for op in OPERATORS}
+
+
+def t64(a):
+    return torch.from_numpy(np.asarray(a, np.float64)).requires_grad_(True)
+
+
+def close(a, b, tol=2e-5):
+    np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64),
+                               rtol=tol, atol=tol)
+
+
+def check_functions() -> dict[str, int]:
+    """Each function's value and gradient through the aclnn operators equal
+    PyTorch's (and float64 RoPE); returns the operators' call counts."""
+    route_through_the_test_provider()
+    aclnn.reset_runtime_stats()
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 6, 2, 8)).astype(np.float32)
+    w = (1 + 0.1 * rng.normal(size=8)).astype(np.float32)
+    tx, tw = t64(x), t64(w)
+    # rms_norm, add_rms_norm
+    y, (gx, gw) = jax.jit(jax.value_and_grad(lambda x, w: jnp.sum(jnp.sin(nn.rms_norm(x, w))),
+                                             (0, 1)))(x, w)
+    ty = torch.sin(F.rms_norm(tx, (8,), tw, eps=1e-6)).sum()
+    ty.backward()
+    close(y, ty.item()), close(gx, tx.grad), close(gw, tw.grad, 1e-4)
+    (a, s), _ = jax.jit(lambda x: (nn.add_rms_norm(x, 2 * x, w), 0))(x)
+    close(a, F.rms_norm(torch.from_numpy(3 * x).double(), (8,), torch.from_numpy(w).double(),
+                        eps=1e-6).numpy()), close(s, 3 * x)
+    # swiglu
+    g = jax.jit(jax.grad(lambda x: jnp.sum(nn.swiglu(x) ** 2)))(x)
+    tx2 = t64(x)
+    a2, b2 = torch.chunk(tx2, 2, -1)
+    ((F.silu(a2) * b2) ** 2).sum().backward()
+    close(g, tx2.grad)
+    # rotary_embedding (cos/sin gradients too)
+    cos, sin = (rng.normal(size=(1, 6, 1, 8)).astype(np.float32) for _ in range(2))
+    for mode in ("half", "interleave"):
+        out, grads = jax.jit(jax.value_and_grad(
+            lambda *a: jnp.sum(nn.rotary_embedding(*a, mode=mode) * x), (0, 1, 2)))(x, cos, sin)
+        with aclnn.reference_path():
+            want = jax.value_and_grad(lambda *a: jnp.sum(nn.rotary_embedding(*a, mode=mode) * x),
+                                      (0, 1, 2))(x, cos, sin)
+        for u, v in zip(jax.tree.leaves((out, grads)), jax.tree.leaves(want)):
+            close(u, v, 1e-4)
+    # cross entropy
+    logits = rng.normal(size=(5, 7)).astype(np.float32)
+    labels = rng.integers(0, 7, 5).astype(np.int32)
+    loss, g = jax.jit(jax.value_and_grad(lambda l: jnp.sum(
+        nn.softmax_cross_entropy_with_integer_labels(l, labels) ** 2)))(logits)
+    tl = t64(logits)
+    tloss = (F.cross_entropy(tl, torch.from_numpy(labels).long(), reduction="none") ** 2).sum()
+    tloss.backward()
+    close(loss, tloss.item()), close(g, tl.grad)
+    return calls()
+
+
+def check_model() -> tuple[list[float], list[float], dict[str, int], dict[str, int]]:
+    """The model of tests/llm_model.py trained through the aclnn operators
+    and written with Flax/optax/jax.numpy: both losses, the aclnn calls, and
+    the compiled step's aclnn custom calls by target."""
+    import llm_model as m
+
+    route_through_the_test_provider()
+    aclnn.reset_runtime_stats()
+    ours, _ = m.train(m.ACLNN, steps=4)
+    counted = calls()
+    theirs, _ = m.train(m.PLAIN, steps=4)
+    model, optimizer = m.make(m.ACLNN)
+    x, y = next(m.batches(1))
+    hlo = m.train_step.lower(model, optimizer, x, y).compile().as_text()
+    targets = {}
+    for line in hlo.splitlines():
+        if 'custom_call_target="aclnn_' in line:
+            t = line.split('custom_call_target="')[1].split('"')[0]
+            targets[t] = targets.get(t, 0) + 1
+    return ours, theirs, counted, targets
+
+
+def check_sharded_step() -> tuple[str, float, float]:
+    """The model's step with the batch sharded over 4 devices: its compiled
+    text and its first loss, and the first loss on one device."""
+    import llm_model as m
+    from flax import nnx
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    route_through_the_test_provider()
+    x, y = next(m.batches(1, batch=8))
+    model, optimizer = m.make(m.ACLNN)
+    single = float(m.train_step(model, optimizer, x, y))
+    mesh = jax.make_mesh((4,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+    model, optimizer = m.make(m.ACLNN)
+    data = NamedSharding(mesh, P("data"))
+    xs, ys = jax.device_put(x, data), jax.device_put(y, data)
+    hlo = m.train_step.lower(model, optimizer, xs, ys).compile().as_text()
+    sharded = float(m.train_step(model, optimizer, xs, ys))
+    del nnx
+    return hlo, single, sharded

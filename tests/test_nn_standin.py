@@ -1,0 +1,56 @@
+"""The catalogue through aclnn operators (issue 38): jax_aclnn.nn, optax and
+the Flax RMSNorm in a process whose CANN is the test provider (its float32
+operators written from CANN's documented semantics, csrc/testing/), the CPU
+routed through it (tests/llm_standin.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from declared_operators import LIBRARY
+from npu_runtime_harness import NpuProcess
+
+pytestmark = pytest.mark.skipif(not LIBRARY.exists(),
+                                reason="the test provider is built with JAX_ACLNN_TESTING=ON")
+
+
+@pytest.fixture(scope="module")
+def standin():
+    # the backend starts after the environment is set (jax itself may be imported before)
+    process = NpuProcess({"XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+                          "JAX_PLATFORMS": "cpu"})
+    yield process
+    process.close()
+
+
+def run(process, name):
+    import llm_standin
+
+    return process.run(getattr(llm_standin, name))
+
+
+def test_each_function_runs_its_aclnn_operators_and_equals_torch(standin):
+    counted = run(standin, "check_functions")
+    missing = [op for op, n in counted.items() if n == 0 and op not in (
+        "aclnnApplyAdamWV2",)]
+    assert not missing, counted
+
+
+def test_the_model_trains_on_aclnn_operators_as_on_flax_and_optax(standin):
+    ours, theirs, counted, targets = run(standin, "check_model")
+    for a, b in zip(ours, theirs):
+        assert abs(a - b) <= 1e-5 * max(1.0, abs(b)), (ours, theirs)
+    assert all(counted[op] > 0 for op in counted if op != "aclnnAddRmsNorm"), counted
+    # one custom call per use: two norms, one RoPE, one SwiGLU, one loss, six parameters
+    assert targets == {
+        "aclnn_rms_norm": 2, "aclnn_rms_norm_grad": 2,
+        "aclnn_rotary_position_embedding_1s1d": 1, "aclnn_rotary_position_embedding_grad_1s1d": 1,
+        "aclnn_swiglu": 1, "aclnn_swiglu_grad": 1, "aclnn_cross_entropy_loss": 1,
+        "aclnn_cross_entropy_loss_grad": 1, "aclnn_apply_adam_w_v2": 6}, targets
+
+
+def test_a_batch_sharded_step_gathers_no_activation(standin):
+    hlo, single, sharded = run(standin, "check_sharded_step")
+    gathers = [line for line in hlo.splitlines() if "all-gather" in line and "=" in line]
+    assert not gathers, gathers
+    assert abs(single - sharded) <= 1e-5 * abs(single)
