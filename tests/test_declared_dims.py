@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import NUM_DEVICES
+from conftest import BEFORE_JAX_09, NUM_DEVICES
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 from test_sharding_matrix import FAST, MESHES, MODES, placements
@@ -155,7 +155,17 @@ def _make(fn, placement, mode, mesh):
     return jax.jit(lambda a, b: inner(*jax.lax.with_sharding_constraint((a, b), sharding)))
 
 
+def skip_all_reduce_under_an_explicit_mesh_before_jax09(explicit: bool) -> None:
+    """jax 0.7 and 0.8 cannot compile a custom_partitioning rule's all-reduce
+    under an explicit mesh (dgamma's; see conftest.ALL_REDUCING)."""
+    if explicit and BEFORE_JAX_09:
+        pytest.skip(f"jax {jax.__version__} (before 0.9): the all-reduce of a "
+                    "custom_partitioning rule under an explicit mesh does not compile")
+
+
 def test_matrix(rng, name, mode, placement):
+    if name == "rms_norm":
+        skip_all_reduce_under_an_explicit_mesh_before_jax09(placement.explicit)
     shape, names, kind = MESHES[placement.mesh]
     mesh = jax.make_mesh(shape, names, axis_types=(kind,) * len(names))
     spec = P(*placement.spec) if placement.explicit else P()
@@ -194,6 +204,7 @@ def float64_rms_norm_step(x, gamma, eps=1e-6):
 
 @pytest.mark.parametrize("axis_type", [AxisType.Auto, AxisType.Explicit])
 def test_a_batch_sharded_step_has_no_all_gather_and_all_reduces_dgamma(rng, axis_type):
+    skip_all_reduce_under_an_explicit_mesh_before_jax09(axis_type == AxisType.Explicit)
     mesh = jax.make_mesh((4,), ("data",), axis_types=(axis_type,))
     x = rng.normal(size=(16, 6, 32)).astype(np.float32)
     gamma = (1 + 0.1 * rng.normal(size=32)).astype(np.float32)

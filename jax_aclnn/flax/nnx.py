@@ -125,6 +125,8 @@ class RMSNorm(nnx.RMSNorm):
         if not _rms.fused(x, self.reduction_axes, self.feature_axes, self.axis_name, mask,
                           self.use_scale):
             return super().__call__(x, mask)
-        x, scale = self.promote_dtype((x, self.scale[...]), dtype=self.dtype)
+        # flax >= 0.12.1 takes a promote_dtype argument; 0.12.0 promotes with this one
+        promote = getattr(self, "promote_dtype", _dtypes.promote_dtype)
+        x, scale = promote((x, self.scale[...]), dtype=self.dtype)
         return _rms.call(x, scale, self.epsilon, _dtypes.canonicalize_dtype(x, scale,
                                                                             dtype=self.dtype))
