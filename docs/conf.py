@@ -100,9 +100,11 @@ highlight_language = "python3"
 # network there is no inventory of these third-party projects or of Python's
 # standard library: their names are exempt, nothing of jax_aclnn is.
 nitpicky = True
-_NO_INVENTORY = ["jax", "jaxlib", "flax", "optax", *sorted(sys.stdlib_module_names)]
+_NO_INVENTORY = ["jax", "jaxlib", "flax", "optax", "numpy", "chex",
+                 *sorted(sys.stdlib_module_names)]
 nitpick_ignore_regex = [
-    # JAX's, Flax's, optax's and the standard library's own names (e.g.
+    # JAX's, Flax's, optax's (with NumPy's and chex's in its types) and the
+    # standard library's own names (e.g.
     # :func:`jax.export.export`, :mod:`contextvars` in a docstring).
     (r"py:(class|mod|func|obj|meth|attr|data|exc)", rf"({'|'.join(_NO_INVENTORY)})(\..*)?"),
 ]

@@ -48,7 +48,7 @@ APPLY_ADAMW = declare(
     "const aclTensor *step, float lr, float beta1, float beta2, float weightDecay, "
     "float eps, bool amsgrad, bool maximize, uint64_t *workspaceSize, "
     "aclOpExecutor **executor)",
-    _adamw_reference, name="apply_adam_w_v2",
+    _adamw_reference, name="optax_apply_adam_w_v2",
     dims="..., ..., ..., ..., ..., s -> ..., ..., ..., ...", replicated="s")
 
 
@@ -63,11 +63,12 @@ class AdamWState(NamedTuple):
 
 def adamw(learning_rate: float | _optax.Schedule, b1: float = 0.9, b2: float = 0.999,
           eps: float = 1e-8, weight_decay: float = 1e-4) -> _optax.GradientTransformation:
-    """AdamW with decoupled weight decay, the contract of ``optax.adamw``
-    (its first arguments, same defaults and numbers within float32
-    rounding), each parameter's moments and update direction computed by
-    one aclnnApplyAdamWV2 call (CANN's fused kernel; its pure-JAX reference
-    where no provider has it).
+    """AdamW on aclnnApplyAdamWV2, one call per parameter.
+
+    The contract of ``optax.adamw`` (its first arguments, same defaults and
+    numbers within float32 rounding), each parameter's moments and update
+    direction computed by one aclnnApplyAdamWV2 call (CANN's fused kernel;
+    its pure-JAX reference where no provider has it).
 
     ``update(grads, state, params)`` returns ``-learning_rate * (m_hat /
     (sqrt(v_hat) + eps) + weight_decay * params)`` with ``m_hat``, ``v_hat``

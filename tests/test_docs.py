@@ -69,9 +69,13 @@ def flax_layers() -> set[str]:
 def public_names() -> set[str]:
     from jax_aclnn import network
 
+    from jax_aclnn import nn, optax
+
     return ({f"jax_aclnn.{name}" for name in jax_aclnn.__all__} | flax_layers()
             | {f"jax_aclnn.network.{name}" for name in network.__all__ if name[0].islower()
-               or name == "Layer"})
+               or name == "Layer"}
+            | {f"jax_aclnn.nn.{name}" for name in nn.__all__}
+            | {f"jax_aclnn.optax.{name}" for name in optax.__all__})
 
 
 def test_every_public_name_is_in_the_api_reference():
@@ -87,7 +91,8 @@ def test_the_api_reference_documents_public_names_once():
 
 def test_the_flax_layers_are_found():
     # Guards the source reading above against finding nothing.
-    assert flax_layers() == {"jax_aclnn.flax.linen.BatchNorm", "jax_aclnn.flax.nnx.BatchNorm"}
+    assert flax_layers() == {"jax_aclnn.flax.linen.BatchNorm", "jax_aclnn.flax.nnx.BatchNorm",
+                             "jax_aclnn.flax.linen.RMSNorm", "jax_aclnn.flax.nnx.RMSNorm"}
 
 
 def test_the_api_tables_generate_pages():

@@ -310,13 +310,13 @@ def test_the_exported_step_holds_one_aclnn_call_per_use_for_the_npu():
                                  disabled_checks=aclnn.export_disabled_checks())(leaves, x, y)
     text = exported.mlir_module()
     count = lambda target: text.count(f"stablehlo.custom_call @{target}(")  # noqa: E731
-    assert {t: count(t) for t in ("aclnn_rms_norm", "aclnn_rms_norm_grad", "aclnn_swiglu",
-                                  "aclnn_swiglu_grad", "aclnn_rotary_position_embedding_1s1d",
-                                  "aclnn_rotary_position_embedding_grad_1s1d",
-                                  "aclnn_cross_entropy_loss", "aclnn_cross_entropy_loss_grad",
-                                  "aclnn_apply_adam_w_v2")} == {
-        "aclnn_rms_norm": 2, "aclnn_rms_norm_grad": 2, "aclnn_swiglu": 1,
-        "aclnn_swiglu_grad": 1, "aclnn_rotary_position_embedding_1s1d": 1,
-        "aclnn_rotary_position_embedding_grad_1s1d": 1, "aclnn_cross_entropy_loss": 1,
-        "aclnn_cross_entropy_loss_grad": 1, "aclnn_apply_adam_w_v2": 6}
+    assert {t: count(t) for t in ("aclnn_nn_rms_norm", "aclnn_nn_rms_norm_grad", "aclnn_nn_swiglu",
+                                  "aclnn_nn_swiglu_grad", "aclnn_nn_rotary_position_embedding_1s1d",
+                                  "aclnn_nn_rotary_position_embedding_grad_1s1d",
+                                  "aclnn_nn_cross_entropy_loss", "aclnn_nn_cross_entropy_loss_grad",
+                                  "aclnn_optax_apply_adam_w_v2")} == {
+        "aclnn_nn_rms_norm": 2, "aclnn_nn_rms_norm_grad": 2, "aclnn_nn_swiglu": 1,
+        "aclnn_nn_swiglu_grad": 1, "aclnn_nn_rotary_position_embedding_1s1d": 1,
+        "aclnn_nn_rotary_position_embedding_grad_1s1d": 1, "aclnn_nn_cross_entropy_loss": 1,
+        "aclnn_nn_cross_entropy_loss_grad": 1, "aclnn_optax_apply_adam_w_v2": 6}
     assert len(exported.serialize()) > 0

@@ -43,10 +43,10 @@ def test_the_model_trains_on_aclnn_operators_as_on_flax_and_optax(standin):
     assert all(counted[op] > 0 for op in counted if op != "aclnnAddRmsNorm"), counted
     # one custom call per use: two norms, one RoPE, one SwiGLU, one loss, six parameters
     assert targets == {
-        "aclnn_rms_norm": 2, "aclnn_rms_norm_grad": 2,
-        "aclnn_rotary_position_embedding_1s1d": 1, "aclnn_rotary_position_embedding_grad_1s1d": 1,
-        "aclnn_swiglu": 1, "aclnn_swiglu_grad": 1, "aclnn_cross_entropy_loss": 1,
-        "aclnn_cross_entropy_loss_grad": 1, "aclnn_apply_adam_w_v2": 6}, targets
+        "aclnn_nn_rms_norm": 2, "aclnn_nn_rms_norm_grad": 2,
+        "aclnn_nn_rotary_position_embedding_1s1d": 1, "aclnn_nn_rotary_position_embedding_grad_1s1d": 1,
+        "aclnn_nn_swiglu": 1, "aclnn_nn_swiglu_grad": 1, "aclnn_nn_cross_entropy_loss": 1,
+        "aclnn_nn_cross_entropy_loss_grad": 1, "aclnn_optax_apply_adam_w_v2": 6}, targets
 
 
 def test_a_batch_sharded_step_gathers_no_activation(standin):

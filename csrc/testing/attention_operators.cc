@@ -1,5 +1,5 @@
 // The test provider's attention operators (test_provider.h), float32 on
-// host memory, naive loops accumulating in double, from CANN's documented
+// host memory, naive loops accumulating in double. From CANN's documented
 // semantics (hicann/ops-transformer):
 //  - aclnnFlashAttentionScore: attention/flash_attention_score/docs/aclnnFlashAttentionScore.md,
 //    attention/flash_attention_score/op_host/op_api/aclnn_flash_attention_score.h;

@@ -1,5 +1,5 @@
 // The test provider's grouped matrix product (test_provider.h), float32 on
-// host memory accumulating in double: aclnnGroupedMatmulV4 from
+// host memory accumulating in double. aclnnGroupedMatmulV4 from
 // hicann/ops-transformer gmm/grouped_matmul/op_host/op_api/aclnn_grouped_matmul_v4.h
 // and its page gmm/grouped_matmul/docs/aclnnGroupedMatmulV4.md (the full
 // text at yuanfang-chen/ops-transformer 0423d4e9, the hicann copy being a

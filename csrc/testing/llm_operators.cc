@@ -1,5 +1,5 @@
 // The test provider's language-model operators (test_provider.h), float32
-// on host memory, from CANN's documented semantics:
+// on host memory. From CANN's documented semantics:
 //  - aclnnRotaryPositionEmbedding(Grad): hicann/ops-transformer
 //    posembedding/rotary_position_embedding/docs/aclnnRotaryPositionEmbedding.md,
 //    posembedding/rotary_position_embedding/op_host/op_api/aclnn_rotary_position_embedding.h,

@@ -1,5 +1,5 @@
 // The test provider's normalization and gated-activation operators
-// (test_provider.h), float32 on host memory, from CANN's documented
+// (test_provider.h), float32 on host memory. From CANN's documented
 // semantics (hicann/ops-nn):
 //  - aclnnRmsNorm: norm/rms_norm/docs/aclnnRmsNorm.md;
 //  - aclnnAddRmsNorm: norm/add_rms_norm/docs/aclnnAddRmsNorm.md and

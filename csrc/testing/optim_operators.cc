@@ -1,5 +1,5 @@
 // The test provider's optimizer operator (test_provider.h), float32 on host
-// memory: aclnnApplyAdamWV2 from hicann/ops-nn
+// memory. aclnnApplyAdamWV2 from hicann/ops-nn
 // optim/apply_adam_w_v2/docs/aclnnApplyAdamWV2.md and
 // optim/apply_adam_w_v2/op_host/op_api/aclnn_apply_adam_w_v2.h, the update
 // computed as optim/apply_adam_w_v2/op_kernel/apply_adam_w_v2_fp.h does it

@@ -56,7 +56,7 @@ CROSS_ENTROPY_LOSS = declare(
     "const aclTensor *zlossOut, const aclTensor *lseForZlossOut, uint64_t *workspaceSize, "
     "aclOpExecutor **executor)",
     _loss_reference, outputs=("lossOut", "logProbOut", "zlossOut", "lseForZlossOut"),
-    name="cross_entropy_loss", dims="n c, n, c -> n, n c, z, l", replicated=("c", "z", "l"))
+    name="nn_cross_entropy_loss", dims="n c, n, c -> n, n c, z, l", replicated=("c", "z", "l"))
 CROSS_ENTROPY_LOSS_GRAD = declare(
     "aclnnStatus aclnnCrossEntropyLossGradGetWorkspaceSize(const aclTensor *gradLoss, "
     "const aclTensor *logProb, const aclTensor *target, const aclTensor *weightOptional, "
@@ -64,7 +64,7 @@ CROSS_ENTROPY_LOSS_GRAD = declare(
     "char *reductionOptional, int64_t ignoreIndex, double labelSmoothing, "
     "double lseSquareScaleForZloss, const aclTensor *out, uint64_t *workspaceSize, "
     "aclOpExecutor **executor)",
-    _grad_reference, outputs="out", name="cross_entropy_loss_grad",
+    _grad_reference, outputs="out", name="nn_cross_entropy_loss_grad",
     dims="n, n c, n, c, z, l -> n c", replicated=("c", "z", "l"))
 
 _ATTRIBUTES = dict(reductionOptional="none", ignoreIndex=_IGNORE_INDEX, labelSmoothing=0.0,
@@ -92,7 +92,8 @@ _cross_entropy.defvjp(_cross_entropy_fwd, _cross_entropy_bwd)
 
 
 def softmax_cross_entropy_with_integer_labels(logits: Any, labels: Any) -> jax.Array:
-    """Per-example cross entropy of ``softmax(logits)`` and integer labels:
+    """Per-example cross entropy on aclnnCrossEntropyLoss.
+
     ``-log_softmax(logits)[..., label]``, the contract of
     ``optax.softmax_cross_entropy_with_integer_labels``.
 

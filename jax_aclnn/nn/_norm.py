@@ -52,19 +52,19 @@ RMS_NORM = declare(
     "aclnnStatus aclnnRmsNormGetWorkspaceSize(const aclTensor *x, const aclTensor *gamma, "
     "double epsilon, const aclTensor *yOut, const aclTensor *rstdOut, "
     "uint64_t *workspaceSize, aclOpExecutor **executor)",
-    _rms_norm_reference, outputs=("yOut", "rstdOut"), name="rms_norm",
+    _rms_norm_reference, outputs=("yOut", "rstdOut"), name="nn_rms_norm",
     dims="... h, h -> ... h, ... 1", replicated="h")
 ADD_RMS_NORM = declare(
     "aclnnStatus aclnnAddRmsNormGetWorkspaceSize(const aclTensor *x1, const aclTensor *x2, "
     "const aclTensor *gamma, double epsilon, aclTensor *yOut, aclTensor *rstdOut, "
     "aclTensor *xOut, uint64_t *workspaceSize, aclOpExecutor **executor)",
-    _add_rms_norm_reference, name="add_rms_norm",
+    _add_rms_norm_reference, name="nn_add_rms_norm",
     dims="... h, ... h, h -> ... h, ... 1, ... h", replicated="h")
 RMS_NORM_GRAD = declare(
     "aclnnStatus aclnnRmsNormGradGetWorkspaceSize(const aclTensor *dy, const aclTensor *x, "
     "const aclTensor *rstd, const aclTensor *gamma, const aclTensor *dxOut, "
     "const aclTensor *dgammaOut, uint64_t *workspaceSize, aclOpExecutor **executor)",
-    _rms_norm_grad_reference, outputs=("dxOut", "dgammaOut"), name="rms_norm_grad",
+    _rms_norm_grad_reference, outputs=("dxOut", "dgammaOut"), name="nn_rms_norm_grad",
     dims="... h, ... h, ... 1, h -> ... h, h", replicated="h")
 
 
@@ -106,7 +106,9 @@ _rms_norm.defvjp(_rms_norm_fwd, _rms_norm_bwd)
 
 
 def rms_norm(x: Any, weight: Any, *, epsilon: float = 1e-6) -> jax.Array:
-    """RMSNorm: ``x * rsqrt(mean(x**2 over weight's dimensions) + epsilon) * weight``.
+    """RMSNorm on aclnnRmsNorm and aclnnRmsNormGrad.
+
+    ``x * rsqrt(mean(x**2 over weight's dimensions) + epsilon) * weight``.
 
     Forward aclnnRmsNorm, backward aclnnRmsNormGrad (CANN's fused kernels,
     one call each per use where a provider has them; their pure-JAX
@@ -164,8 +166,9 @@ _add_rms_norm.defvjp(_add_rms_norm_fwd, _add_rms_norm_bwd)
 
 def add_rms_norm(x1: Any, x2: Any, weight: Any, *, epsilon: float = 1e-6
                  ) -> tuple[jax.Array, jax.Array]:
-    """The residual add and RMSNorm of a pre-norm block: ``(rms_norm(x1 + x2,
-    weight), x1 + x2)``.
+    """Residual add and RMSNorm on aclnnAddRmsNorm.
+
+    ``(rms_norm(x1 + x2, weight), x1 + x2)``.
 
     Forward aclnnAddRmsNorm (one kernel for the add and the norm), backward
     aclnnRmsNormGrad (the sum's cotangent added in JAX, to both addends);

@@ -73,7 +73,7 @@ def _operators(pattern: tuple[bool, bool, bool]):
         "aclnnStatus aclnnRotaryPositionEmbeddingGetWorkspaceSize(const aclTensor *x, "
         "const aclTensor *cos, const aclTensor *sin, int64_t mode, aclTensor *out, "
         "uint64_t *workspaceSize, aclOpExecutor **executor)",
-        _rope_reference, name=f"rotary_position_embedding_{tag}d",
+        _rope_reference, name=f"nn_rotary_position_embedding_{tag}d",
         dims=f"b s n d, {cs}, {cs} -> b s n d", replicated="d")
     grad = declare(
         "aclnnStatus aclnnRotaryPositionEmbeddingGradGetWorkspaceSize(const aclTensor *dy, "
@@ -81,7 +81,7 @@ def _operators(pattern: tuple[bool, bool, bool]):
         "const aclTensor *dxOut, const aclTensor *dcosOut, const aclTensor *dsinOut, "
         "uint64_t *workspaceSize, aclOpExecutor **executor)",
         _rope_grad_reference, outputs=("dxOut", "dcosOut", "dsinOut"),
-        name=f"rotary_position_embedding_grad_{tag}d",
+        name=f"nn_rotary_position_embedding_grad_{tag}d",
         dims=f"b s n d, {cs}, {cs}, b s n d -> b s n d, {cs}, {cs}", replicated="d")
     return forward, grad
 
@@ -112,7 +112,9 @@ def _pattern(x, cos) -> tuple[bool, bool, bool]:
 
 
 def rotary_embedding(x: Any, cos: Any, sin: Any, *, mode: str = "half") -> jax.Array:
-    """Rotary position embedding: ``x * cos + rotate(x) * sin``.
+    """Rotary position embedding on aclnnRotaryPositionEmbedding.
+
+    ``x * cos + rotate(x) * sin``.
 
     ``mode="half"`` (LLaMA, GPT-NeoX): ``rotate(x) = concatenate([-x2, x1])``
     of x's two halves along the head size; ``mode="interleave"`` (GPT-J): on

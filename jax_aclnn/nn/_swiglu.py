@@ -39,12 +39,12 @@ def _swiglu_grad_reference(yGrad, x, *, dim):
 SWIGLU = declare(
     "aclnnStatus aclnnSwiGluGetWorkspaceSize(const aclTensor *x, int64_t dim, "
     "const aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)",
-    _swiglu_reference, outputs="out", name="swiglu",
+    _swiglu_reference, outputs="out", name="nn_swiglu",
     dims="... i -> ... j", replicated=("i", "j"))
 SWIGLU_GRAD = declare(
     "aclnnStatus aclnnSwiGluGradGetWorkspaceSize(const aclTensor *yGrad, const aclTensor *x, "
     "int64_t dim, const aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)",
-    _swiglu_grad_reference, outputs="out", name="swiglu_grad",
+    _swiglu_grad_reference, outputs="out", name="nn_swiglu_grad",
     dims="... j, ... i -> ... i", replicated=("i", "j"))
 
 
@@ -58,7 +58,9 @@ _swiglu.defvjp(lambda x: (SWIGLU(x, dim=-1), x),
 
 
 def swiglu(x: Any, *, axis: int = -1) -> jax.Array:
-    """SwiGLU: ``a, b = jnp.split(x, 2, axis); jax.nn.silu(a) * b``.
+    """SwiGLU on aclnnSwiGlu and aclnnSwiGluGrad.
+
+    ``a, b = jnp.split(x, 2, axis); jax.nn.silu(a) * b``.
 
     Forward aclnnSwiGlu, backward aclnnSwiGluGrad (CANN's fused kernels,
     one call each per use where a provider has them; their pure-JAX
