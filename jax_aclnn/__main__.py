@@ -1,4 +1,4 @@
-"""Command line: ``python -m jax_aclnn {train,bench,info}``.
+"""Command line: ``python -m jax_aclnn {train,train-lm,bench,info}``.
 
 User errors (a missing file, a bad column, a bad option value, a missing
 package of the ``cli`` extra) end with one line on stderr and exit status 2;
@@ -23,15 +23,20 @@ from jax_aclnn.cli.common import (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from jax_aclnn.cli import bench, info, train
+    from jax_aclnn.cli import bench, info, train, train_lm
 
     parser = Parser(prog=PROG, description="Ascend CANN aclnn backward operators as differentiable JAX operations.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,bench,info}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,train-lm,bench,info}")
 
     p = sub.add_parser("train", help="train a model whose jax.grad runs every aclnn operator",
                        description=train.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     train.add_arguments(p)
     p.set_defaults(run=train.run)
+
+    p = sub.add_parser("train-lm", help="train a byte-level language model on CANN's fused LLM operators",
+                       description=train_lm.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    train_lm.add_arguments(p)
+    p.set_defaults(run=train_lm.run)
 
     p = sub.add_parser("bench", help="measure the operators against XLA, PyTorch and memory bandwidth",
                        description=bench.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -154,6 +154,51 @@ class DeclaredOperator(AclnnPrimitive):
             o.ndim + 1 for o in self.abstract_eval(*example, **params)]
         return max(ranks) <= _checks.MAX_RANK
 
+    def _leading_factor(self, args: Sequence[Any], dims: Sequence[Any], **params: Any
+                        ) -> str | None:
+        """The named factor that leads every mapped operand's group and every
+        output's (zero-sized outputs aside), into which vmap's dimension can
+        merge (FlashAttentionScore's batch ``b``); None where there is none."""
+        if self.rule is None:
+            return None
+        groups = self.operand_groups(params["list_sizes"])
+        mapped = {groups[i] for i, d in enumerate(dims) if d is not _compat.not_mapped}
+        leads = {self.rule.inputs[g][0] if self.rule.inputs[g] else None for g in mapped}
+        example = [jax.ShapeDtypeStruct(
+            a.shape if d is _compat.not_mapped else a.shape[:d] + a.shape[d + 1:], a.dtype)
+            for a, d in zip(args, dims)]
+        outs = self.abstract_eval(*example, **params)
+        _, out_groups = self.arrays_by_parameter(example, outs, absent=params["absent"],
+                                                 list_sizes=params["list_sizes"])
+        leads |= {self.rule.outputs[i][0] if self.rule.outputs[i] else None
+                  for i, arrays in enumerate(out_groups)
+                  if any(a is not None and a.size for a in arrays)}
+        if len(leads) != 1:
+            return None
+        (lead,) = leads
+        ok = lead not in (None, "1", _dims.ELLIPSIS) and lead not in self.rule.replicated
+        return lead if ok and lead not in self.local_sizes.values() else None
+
+    def _batch_into_leading_factor(self, args, dims, factor, **params):
+        """One call with vmap's dimension merged into ``factor``: mapped
+        operands ``(batch, f, ...) -> (batch * f, ...)``, unmapped ones that
+        lead with it broadcast first; outputs split back."""
+        size = _batching.batch_size(args, dims)
+        groups = self.operand_groups(params["list_sizes"])
+        placeholders = self.absent_operands(params["absent"], params["list_sizes"])
+        merged = []
+        for i, (a, d) in enumerate(zip(args, dims)):
+            leads = self.rule.inputs[groups[i]][:1] == (factor,) and i not in placeholders
+            if d is _compat.not_mapped and not leads:
+                merged.append(a)
+                continue
+            a = jnp.broadcast_to(a, (size,) + a.shape) if d is _compat.not_mapped else \
+                jnp.moveaxis(a, d, 0)
+            merged.append(a.reshape((size * a.shape[1],) + a.shape[2:]))
+        out = self.bind(*merged, **params)
+        return ([o.reshape((size, o.shape[0] // size) + o.shape[1:]) if o.size else
+                 jnp.zeros((size,) + o.shape, o.dtype) for o in out], [0] * len(out))
+
     def operand_labels(self, list_sizes: Sequence[int]) -> list[str]:
         """The operands' names for messages (a tensor list's as ``name[i]``)."""
         labels, sizes = [], iter(list_sizes)
@@ -190,6 +235,9 @@ class DeclaredOperator(AclnnPrimitive):
                 moved[i] = jnp.broadcast_to(moved[i], shape)
             out = self.bind(*moved, **params)
             return out, [0] * len(out)
+        leading = self._leading_factor(args, dims, **params)
+        if leading is not None:  # the mapped dimension merged into a leading factor
+            return self._batch_into_leading_factor(args, dims, leading, **params)
         if self.rule is not None and self._batch_in_one_call(args, dims, **params):
             # the mapped dimension joins '...': moved in front, and the
             # unmapped operands that have '...' broadcast along it
@@ -518,6 +566,7 @@ def declare(prototype: str, reference: Callable[..., Any], *, outputs: Iterable[
     inputs_named = _input_parameters(proto, signature)
 
     def apply(*args: Any, **kwargs: Any) -> Any:
+        kwargs = {**dict.fromkeys(local_sizes), **kwargs}  # set from the operands below
         try:
             bound = signature.bind(*args, **kwargs)
         except TypeError as e:

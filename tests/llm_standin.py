@@ -138,3 +138,43 @@ def check_sharded_step() -> tuple[str, float, float]:
     sharded = float(m.train_step(model, optimizer, xs, ys))
     del nnx
     return hlo, single, sharded
+
+
+def check_attention() -> dict[str, int]:
+    """dot_product_attention through aclnnFlashAttentionScore(Grad) equals
+    jax.nn.dot_product_attention (values and gradients; causal, masked,
+    grouped-query, biased), in a shard_map over heads too (each device's
+    call with its local head count); returns the operators' call counts."""
+    from jax.sharding import PartitionSpec as P
+
+    route_through_the_test_provider()
+    aclnn.reset_runtime_stats()
+    rng = np.random.default_rng(0)
+    for n, k, causal, masked, biased in [(4, 4, False, False, False), (4, 2, True, False, False),
+                                         (4, 1, False, True, True), (4, 4, True, True, False)]:
+        q = rng.normal(size=(2, 5, n, 8)).astype(np.float32)
+        kk, v = (rng.normal(size=(2, 7, k, 8)).astype(np.float32) for _ in range(2))
+        mask = None
+        if masked:
+            mask = rng.random((2, 1, 5, 7)) > 0.3
+            mask[..., 0] = True  # no query without a key
+        bias = rng.normal(size=(1, n, 5, 7)).astype(np.float32) if biased else None
+
+        def loss(attention, q, kk, v, bias):
+            return jnp.sum(jnp.sin(attention(q, kk, v, bias, mask, is_causal=causal)))
+
+        argnums = (1, 2, 3, 4) if biased else (1, 2, 3)
+        ours = jax.jit(jax.value_and_grad(loss, argnums), static_argnums=0)(
+            nn.dot_product_attention, q, kk, v, bias)
+        want = jax.value_and_grad(loss, argnums)(jax.nn.dot_product_attention, q, kk, v, bias)
+        for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(want)):
+            close(a, b, 2e-5)
+    mesh = jax.make_mesh((4,), ("heads",), axis_types=(jax.sharding.AxisType.Auto,))
+    q, kk, v = (rng.normal(size=(2, 5, 8, 8)).astype(np.float32) for _ in range(3))
+    local = jax.jit(jax.shard_map(lambda q, k, v: nn.dot_product_attention(q, k, v, is_causal=True),
+                                  mesh=mesh, in_specs=P(None, None, "heads"),
+                                  out_specs=P(None, None, "heads")))
+    close(local(q, kk, v), jax.nn.dot_product_attention(q, kk, v, is_causal=True), 2e-5)
+    stats = aclnn.runtime_stats()["calls"]
+    return {op: stats[op]["execute"] for op in ("aclnnFlashAttentionScore",
+                                                 "aclnnFlashAttentionScoreGrad")}

@@ -54,3 +54,9 @@ def test_a_batch_sharded_step_gathers_no_activation(standin):
     gathers = [line for line in hlo.splitlines() if "all-gather" in line and "=" in line]
     assert not gathers, gathers
     assert abs(single - sharded) <= 1e-5 * abs(single)
+
+
+def test_attention_runs_flash_attention_and_equals_jax(standin):
+    counted = run(standin, "check_attention")
+    # four programs forward and backward, and four devices' local calls
+    assert counted == {"aclnnFlashAttentionScore": 8, "aclnnFlashAttentionScoreGrad": 4}, counted

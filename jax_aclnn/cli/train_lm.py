@@ -1,0 +1,276 @@
+"""``python -m jax_aclnn train-lm``: a byte-level language model on CANN's fused operators.
+
+A small decoder-only transformer (token embedding; per layer RMSNorm,
+grouped-query attention with RoPE, the residual add and norm, a SwiGLU MLP;
+a final RMSNorm and the embedding tied as the output) trained with the
+cross-entropy loss and AdamW, every piece a jax_aclnn function whose
+forward and backward run CANN's fused aclnn operators
+(``jax_aclnn.nn``, ``jax_aclnn.optax``). The text is real and needs no
+download: by default the source files of the Python standard library that
+runs this command; ``--data`` takes a file or a directory of your own.
+
+The held-out split is evaluated by one ``jax.vmap``'d call; ``--devices N``
+trains data parallel (host devices on the CPU); the summary lists the
+aclnn operators each step calls on an NPU and how often, and
+``--export-npu FILE`` writes the step exported for ``["cpu", "npu"]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sysconfig
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+from tqdm import tqdm
+
+import jax_aclnn as aclnn
+from jax_aclnn import nn
+from jax_aclnn import optax as aclnn_optax
+from jax_aclnn.cli.common import MAX_SEED, UsageError, integer, positive_float, progress_disabled
+from jax_aclnn.cli.train import BATCH_AXIS, data_parallel_mesh
+
+VOCAB = 256  # bytes
+#: Text read at most (bytes): enough for the default run, quick to load.
+MAX_TEXT = 4 << 20
+
+
+@dataclass(frozen=True)
+class Config:
+    dim: int
+    layers: int
+    heads: int
+    kv_heads: int
+    hidden: int
+    seq: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.heads
+
+
+def read_text(path: str | None) -> tuple[np.ndarray, str]:
+    """The bytes to train on and where they came from: ``path`` (a file, or
+    every file below a directory that holds no NUL byte), else the standard
+    library's ``.py`` files; at most :data:`MAX_TEXT` bytes."""
+    if path is None:
+        root = Path(sysconfig.get_paths()["stdlib"])
+        files, name = sorted(root.glob("*.py")), f"the Python standard library ({root})"
+    else:
+        root = Path(path)
+        if not root.exists():
+            raise UsageError(f"--data {path}: no such file or directory")
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+        name = str(root)
+    chunks, total = [], 0
+    for f in files:
+        try:
+            data = f.read_bytes()
+        except OSError:
+            continue
+        if b"\0" in data:
+            continue  # not text
+        chunks.append(data[: MAX_TEXT - total])
+        total += len(chunks[-1])
+        if total >= MAX_TEXT:
+            break
+    text = np.frombuffer(b"\n".join(chunks), np.uint8)
+    return text, name
+
+
+def init(cfg: Config, key: jax.Array) -> dict[str, Any]:
+    """The parameters: float32, scaled normal initialisation."""
+    keys = iter(jax.random.split(key, 2 + 5 * cfg.layers))
+    normal = lambda shape, fan_in: jax.random.normal(next(keys), shape) / math.sqrt(fan_in)  # noqa: E731
+    h, kv = cfg.head_dim, cfg.kv_heads * cfg.head_dim
+    layers = [{
+        "norm1": jnp.ones(cfg.dim), "norm2": jnp.ones(cfg.dim),
+        "wq": normal((cfg.dim, cfg.heads * h), cfg.dim), "wkv": normal((cfg.dim, 2 * kv), cfg.dim),
+        "wo": normal((cfg.heads * h, cfg.dim), cfg.dim * cfg.layers),
+        "up": normal((cfg.dim, 2 * cfg.hidden), cfg.dim),
+        "down": normal((cfg.hidden, cfg.dim), cfg.hidden * cfg.layers),
+    } for _ in range(cfg.layers)]
+    return {"embed": normal((VOCAB, cfg.dim), cfg.dim), "norm": jnp.ones(cfg.dim),
+            "layers": layers}
+
+
+def rope_tables(cfg: Config) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin of LLaMA's rotary embedding, ``(S, 1, head_dim)``."""
+    h = cfg.head_dim
+    angles = np.arange(cfg.seq)[:, None] * 10000.0 ** (-np.arange(0, h, 2) / h)
+    angles = np.concatenate([angles, angles], -1)[:, None].astype(np.float32)
+    return np.cos(angles), np.sin(angles)
+
+
+def logits(params: dict[str, Any], tokens: jax.Array, cfg: Config) -> jax.Array:
+    """``(B, T, 256)`` next-byte logits of ``(B, T)`` bytes."""
+    b, t = tokens.shape
+    cos, sin = (v[:t] for v in rope_tables(cfg))
+    x = params["embed"][tokens]
+    for layer in params["layers"]:
+        a = nn.rms_norm(x, layer["norm1"])
+        q = (a @ layer["wq"]).reshape(b, t, cfg.heads, cfg.head_dim)
+        k, v = jnp.split((a @ layer["wkv"]).reshape(b, t, 2 * cfg.kv_heads, cfg.head_dim), 2, 2)
+        q, k = nn.rotary_embedding(q, cos, sin), nn.rotary_embedding(k, cos, sin)
+        attended = nn.dot_product_attention(q, k, v, is_causal=True).reshape(b, t, -1)
+        m, x = nn.add_rms_norm(x, attended @ layer["wo"], layer["norm2"])
+        x = x + nn.swiglu(m @ layer["up"]) @ layer["down"]
+    return nn.rms_norm(x, params["norm"]) @ params["embed"].T
+
+
+def loss_fn(params: dict[str, Any], windows: jax.Array, cfg: Config) -> jax.Array:
+    """Mean next-byte cross entropy (nats) of ``(B, T + 1)`` byte windows."""
+    out = logits(params, windows[:, :-1], cfg)
+    return jnp.mean(nn.softmax_cross_entropy_with_integer_labels(out, windows[:, 1:]))
+
+
+def unigram_baseline(train: np.ndarray, val: np.ndarray) -> float:
+    """Cross entropy (nats) of the validation bytes under the training
+    bytes' frequencies (add-one smoothed): what a model without context gets."""
+    counts = np.bincount(train, minlength=VOCAB) + 1.0
+    return float(-np.mean(np.log(counts / counts.sum())[val]))
+
+
+def windows(text: np.ndarray, starts: np.ndarray, seq: int) -> np.ndarray:
+    return np.stack([text[s : s + seq + 1] for s in starts]).astype(np.int32)
+
+
+def sample(params: dict[str, Any], cfg: Config, prompt: bytes, length: int,
+           key: jax.Array, temperature: float) -> bytes:
+    """``length`` bytes generated after ``prompt`` (the model's last
+    ``seq`` bytes of context, sampled at ``temperature``)."""
+    step = jax.jit(lambda p, w: logits(p, w[None], cfg)[0])
+    out = list(prompt) or [10]
+    for _ in range(length):
+        context = np.asarray(out[-cfg.seq:], np.int32)
+        key, sub = jax.random.split(key)
+        row = step(params, context)[len(context) - 1]
+        out.append(int(jax.random.categorical(sub, row / temperature)))
+    return bytes(out[len(prompt):])
+
+
+def aclnn_calls_per_step(lowered_text: str) -> dict[str, int]:
+    """The aclnn operators a step's NPU lowering calls, with how often."""
+    counts: dict[str, int] = {}
+    for line in lowered_text.splitlines():
+        if "stablehlo.custom_call @aclnn_" in line and 'operator = "' in line:
+            op = line.split('operator = "')[1].split('"')[0]
+            counts[op] = counts.get(op, 0) + 1
+    return counts
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    cfg = Config(args.dim, args.layers, args.heads, args.kv_heads, args.hidden, args.seq)
+    if args.dim % args.heads or args.heads % args.kv_heads or cfg.head_dim % 2:
+        raise UsageError(f"--dim {args.dim} must split into --heads {args.heads} of an even size, "
+                         f"and --heads into --kv-heads {args.kv_heads} groups")
+    mesh = data_parallel_mesh(args.devices, args.batch_size)  # before anything starts JAX
+    text, source = read_text(args.data)
+    if len(text) < 20 * (args.seq + 1):
+        raise UsageError(f"{source}: {len(text)} bytes of text, too few for --seq {args.seq}")
+    split = int(len(text) * 0.9)
+    train, val = text[:split], text[split:]
+    rng = np.random.default_rng(args.seed)
+    val_windows = windows(val, rng.integers(0, len(val) - args.seq - 1, args.eval_windows),
+                          args.seq)
+    baseline = unigram_baseline(train, val)
+    print(f"train-lm: {len(text):,} bytes of {source}; {len(train):,} train, {len(val):,} held out")
+    print(f"  model: {cfg.layers} layers, dim {cfg.dim}, {cfg.heads} query heads over "
+          f"{cfg.kv_heads} key/value heads, SwiGLU {cfg.hidden}, context {cfg.seq} bytes; "
+          f"data-parallel over {args.devices} {mesh.devices.flat[0].platform} device(s)")
+    print(f"  unigram baseline (no context): {baseline:.3f} nats/byte")
+
+    params = init(cfg, jax.random.key(args.seed))
+    tx = aclnn_optax.adamw(optax.cosine_decay_schedule(args.lr, args.steps), weight_decay=0.01)
+    opt_state = tx.init(params)
+    replicated, sharded = NamedSharding(mesh, P()), NamedSharding(mesh, P(BATCH_AXIS))
+    params, opt_state = jax.device_put((params, opt_state), replicated)
+
+    def step(params, opt_state, batch):
+        loss, grads = jax.value_and_grad(loss_fn)(params, batch, cfg)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    train_step = jax.jit(step, donate_argnums=(0, 1))
+    evaluate = jax.jit(jax.vmap(lambda p, w: loss_fn(p, w[None], cfg), in_axes=(None, 0)))
+    initial = float(evaluate(params, val_windows).mean())
+    print(f"  validation loss before training: {initial:.3f}")
+
+    first = None
+    start = time.perf_counter()
+    with tqdm(range(1, args.steps + 1), desc="steps", unit="step",
+              disable=progress_disabled(args.quiet)) as bar:
+        for i in bar:
+            batch = windows(train, rng.integers(0, len(train) - args.seq - 1, args.batch_size),
+                            args.seq)
+            params, opt_state, loss = train_step(params, opt_state,
+                                                 jax.device_put(batch, sharded))
+            if first is None:
+                first = float(loss)
+            if i % args.log_every == 0 or i == args.steps:
+                tokens_per_s = i * args.batch_size * args.seq / (time.perf_counter() - start)
+                bar.set_postfix(loss=f"{float(loss):.3f}", tok_s=f"{tokens_per_s:,.0f}")
+                tqdm.write(f"step {i:5d}  train loss {float(loss):.3f}  {tokens_per_s:,.0f} tokens/s")
+    elapsed = time.perf_counter() - start
+    final = float(evaluate(params, val_windows).mean())  # one vmapped call
+
+    # donation is per platform, which a program for several platforms cannot have
+    exported = jax.export.export(jax.jit(step), platforms=["cpu", "npu"],
+                                 disabled_checks=aclnn.export_disabled_checks())(
+        params, opt_state, jax.device_put(batch, sharded))
+    per_step = aclnn_calls_per_step(exported.mlir_module())
+    if args.export_npu:
+        Path(args.export_npu).write_bytes(exported.serialize())
+
+    print("\nSummary")
+    relation = (f"{baseline - final:.3f} below" if final < baseline
+                else f"NOT below: {final - baseline:.3f} above")
+    print(f"  validation loss {initial:.3f} -> {final:.3f} nats/byte (the unigram baseline "
+          f"{baseline:.3f}: {relation}); first step's training loss {first:.3f}")
+    print(f"  {args.steps} steps in {elapsed:.1f} s, "
+          f"{args.steps * args.batch_size * args.seq / elapsed:,.0f} tokens/s; "
+          f"aclnn provider on this machine: {aclnn.runtime_stats()['provider']}")
+    print("  aclnn operators each step calls on an NPU:")
+    for op, n in sorted(per_step.items()):
+        print(f"    {op:36s} {n:3d}")
+    if args.export_npu:
+        print(f"  the step exported for cpu and npu: {args.export_npu}")
+    if args.sample:
+        prompt = args.prompt.encode()
+        text_out = sample(params, cfg, prompt, args.sample, jax.random.key(args.seed + 1),
+                          args.temperature)
+        print("\nSample:\n" + (prompt + text_out).decode("utf-8", errors="replace"))
+    return {"initial_validation_loss": initial, "validation_loss": final,
+            "unigram_baseline": baseline, "first_loss": first, "seconds": elapsed,
+            "aclnn_calls_per_step": per_step}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", metavar="FILE_OR_DIR", help="train on this text file, or every file below this directory (default: the Python standard library's sources)")
+    p.add_argument("--steps", type=integer(1), default=600, help="training steps (default: %(default)s)")
+    p.add_argument("--batch-size", type=integer(1), default=16, help="windows per step, split over --devices (default: %(default)s)")
+    p.add_argument("--seq", type=integer(8, 2048), default=64, help="context length in bytes (default: %(default)s)")
+    p.add_argument("--dim", type=integer(8), default=64, help="model width (default: %(default)s)")
+    p.add_argument("--layers", type=integer(1), default=2, help="transformer layers (default: %(default)s)")
+    p.add_argument("--heads", type=integer(1), default=4, help="query heads (default: %(default)s)")
+    p.add_argument("--kv-heads", type=integer(1), default=2, help="key/value heads, grouped-query attention (default: %(default)s)")
+    p.add_argument("--hidden", type=integer(1), default=128, help="SwiGLU hidden size (default: %(default)s)")
+    p.add_argument("--lr", type=positive_float, default=3e-3, help="AdamW peak learning rate, cosine decay (default: %(default)s)")
+    p.add_argument("--devices", type=integer(1), default=1, help="data-parallel devices (on the CPU: host devices) (default: %(default)s)")
+    p.add_argument("--eval-windows", type=integer(1), default=256, help="held-out windows, evaluated by one vmapped call (default: %(default)s)")
+    p.add_argument("--seed", type=integer(0, MAX_SEED), default=0, help="random seed (default: %(default)s)")
+    p.add_argument("--sample", type=integer(0), default=0, metavar="N", help="print N bytes generated after training (default: none)")
+    p.add_argument("--prompt", default="def ", help="the text generation starts from (default: %(default)r)")
+    p.add_argument("--temperature", type=positive_float, default=0.8, help="sampling temperature (default: %(default)s)")
+    p.add_argument("--export-npu", metavar="FILE", help="write the training step exported for cpu and npu (jax.export, serialized)")
+    p.add_argument("--log-every", type=integer(1), default=50, help="steps between progress lines (default: %(default)s)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
