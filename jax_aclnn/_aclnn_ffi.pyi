@@ -19,7 +19,12 @@ def argument_kinds() -> dict:
 
 def provides(name: str, library: str = '') -> bool:
     """
-    Whether the CPU platform's provider (the host provider; with `library`, that library over it) exports aclnn operator `name`'s two phases. Raises RuntimeError when the library cannot be loaded.
+    Whether the CPU platform's provider (the host provider; with `library`, that library's provider, ffi/provider.h) exports aclnn operator `name`'s two phases. Raises RuntimeError when the library cannot be loaded or exports part of a set of the aclnn ABI's functions.
+    """
+
+def library_lacks(name: str, library: str) -> list[str]:
+    """
+    The symbols of aclnn operator `name`'s two phases ('<name>GetWorkspaceSize', '<name>', in that order) that `library` itself does not export, whatever the platform's provider does; [] when it exports both. Raises RuntimeError as provides() does.
     """
 
 def add_operator(name: str) -> None:

@@ -178,3 +178,24 @@ def check_attention() -> dict[str, int]:
     stats = aclnn.runtime_stats()["calls"]
     return {op: stats[op]["execute"] for op in ("aclnnFlashAttentionScore",
                                                  "aclnnFlashAttentionScoreGrad")}
+
+
+def check_ragged_dot() -> dict[str, int]:
+    """ragged_dot through aclnnGroupedMatmulV4 (64-bit group sizes, as CANN
+    takes them) equals jax.lax.ragged_dot, values and gradients."""
+    route_through_the_test_provider()
+    jax.config.update("jax_enable_x64", True)
+    try:
+        aclnn.reset_runtime_stats()
+        rng = np.random.default_rng(0)
+        lhs = rng.normal(size=(10, 4)).astype(np.float32)
+        rhs = rng.normal(size=(3, 4, 5)).astype(np.float32)
+        sizes = np.array([3, 0, 5], np.int64)
+        loss = lambda dot: lambda a, b: jnp.sum(jnp.sin(dot(a, b, sizes)))  # noqa: E731
+        ours = jax.jit(jax.value_and_grad(loss(nn.ragged_dot), (0, 1)))(lhs, rhs)
+        want = jax.value_and_grad(loss(jax.lax.ragged_dot), (0, 1))(lhs, rhs)
+        for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(want)):
+            close(a, b)
+        return {"aclnnGroupedMatmulV4": aclnn.runtime_stats()["calls"]["aclnnGroupedMatmulV4"]["execute"]}
+    finally:
+        jax.config.update("jax_enable_x64", False)

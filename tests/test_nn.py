@@ -320,3 +320,75 @@ def test_the_exported_step_holds_one_aclnn_call_per_use_for_the_npu():
         "aclnn_nn_rotary_position_embedding_grad_1s1d": 1, "aclnn_nn_cross_entropy_loss": 1,
         "aclnn_nn_cross_entropy_loss_grad": 1, "aclnn_optax_apply_adam_w_v2": 6}
     assert len(exported.serialize()) > 0
+
+
+# --- attention ------------------------------------------------------------------------------
+
+ATTENTION_CASES = [  # (query heads, key/value heads, causal, masked, biased)
+    (4, 4, False, False, False), (4, 2, True, False, False), (4, 1, False, True, True),
+    (2, 2, True, True, False), (6, 3, False, False, True)]
+
+
+@pytest.mark.parametrize("n,k,causal,masked,biased", ATTENTION_CASES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_dot_product_attention_equals_jax(rng, dtype, n, k, causal, masked, biased):
+    q = jnp.asarray(rng.normal(size=(2, 5, n, 8)), dtype)
+    key, value = (jnp.asarray(rng.normal(size=(2, 7, k, 8)), dtype) for _ in range(2))
+    mask = None
+    if masked:
+        mask = rng.random((2, 1, 5, 7)) > 0.3
+        mask[..., 0] = True  # every query attends to some key
+    bias = jnp.asarray(rng.normal(size=(1, n, 5, 7)), dtype) if biased else None
+    cot = rng.normal(size=(2, 5, n, 8))
+
+    def loss(attention, *args):
+        out = attention(*args, mask, is_causal=causal)
+        return jnp.sum(out.astype(jnp.float32) * cot)
+
+    argnums = (1, 2, 3, 4) if biased else (1, 2, 3)
+    ours = jax.value_and_grad(loss, argnums)(nn.dot_product_attention, q, key, value, bias)
+    want = jax.value_and_grad(loss, argnums)(
+        jax.nn.dot_product_attention, *(a if a is None else a.astype(jnp.float32)
+                                         for a in (q, key, value, bias)))
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(want)):
+        assert_close(a, f64(b), dtype, scale=16)
+
+
+def test_dot_product_attention_under_vmap_is_one_call_and_right(rng):
+    q = rng.normal(size=(3, 2, 6, 4, 8)).astype(np.float32)
+    kv = rng.normal(size=(3, 2, 6, 2, 8)).astype(np.float32)
+
+    def loss(attention):
+        return lambda q, kv: jnp.sum(jnp.sin(attention(q, kv, kv, is_causal=True)))
+
+    jaxpr = jax.make_jaxpr(jax.vmap(jax.grad(loss(nn.dot_product_attention), (0, 1))))(q, kv)
+    assert "while" not in str(jaxpr)
+    ours = jax.vmap(jax.grad(loss(nn.dot_product_attention), (0, 1)))(q, kv)
+    want = jax.vmap(jax.grad(loss(jax.nn.dot_product_attention), (0, 1)))(q, kv)
+    for a, b in zip(ours, want):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_dot_product_attention_refuses_bad_arguments():
+    q = jnp.ones((1, 2, 3, 4))
+    with pytest.raises(ValueError, match="N a multiple of K"):
+        nn.dot_product_attention(q, jnp.ones((1, 2, 2, 4)), jnp.ones((1, 2, 2, 4)))
+    with pytest.raises(TypeError, match="mask must be boolean"):
+        nn.dot_product_attention(q, q, q, mask=jnp.ones((2, 2)))
+
+
+# --- ragged_dot -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("x64", [False, True])
+def test_ragged_dot_equals_jax(rng, x64):
+    from conftest import enable_x64
+
+    lhs = rng.normal(size=(10, 4)).astype(np.float32)
+    rhs = rng.normal(size=(3, 4, 5)).astype(np.float32)
+    sizes = np.array([3, 0, 5], np.int32)  # an empty group, two rows past the total
+    loss = lambda dot: lambda a, b: jnp.sum(jnp.sin(dot(a, b, sizes)))  # noqa: E731
+    with enable_x64(x64):
+        ours = jax.value_and_grad(loss(nn.ragged_dot), (0, 1))(lhs, rhs)
+        want = jax.value_and_grad(loss(jax.lax.ragged_dot), (0, 1))(lhs, rhs)
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(want)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

@@ -60,3 +60,8 @@ def test_attention_runs_flash_attention_and_equals_jax(standin):
     counted = run(standin, "check_attention")
     # four programs forward and backward, and four devices' local calls
     assert counted == {"aclnnFlashAttentionScore": 8, "aclnnFlashAttentionScoreGrad": 4}, counted
+
+
+def test_ragged_dot_runs_grouped_matmuls_and_equals_jax(standin):
+    # the forward, and the two products of the backward
+    assert run(standin, "check_ragged_dot") == {"aclnnGroupedMatmulV4": 3}

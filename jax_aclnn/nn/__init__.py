@@ -14,13 +14,15 @@ prototypes and with dimension rules (batch and sequence partitioned):
   aclnnCrossEntropyLossGrad)
 * :func:`dot_product_attention` (aclnnFlashAttentionScore /
   aclnnFlashAttentionScoreGrad)
+* :func:`ragged_dot` (aclnnGroupedMatmulV4)
 """
 
 from jax_aclnn.nn._attention import dot_product_attention
 from jax_aclnn.nn._cross_entropy import softmax_cross_entropy_with_integer_labels
 from jax_aclnn.nn._norm import add_rms_norm, rms_norm
+from jax_aclnn.nn._ragged_dot import ragged_dot
 from jax_aclnn.nn._rope import rotary_embedding
 from jax_aclnn.nn._swiglu import swiglu
 
-__all__ = ["add_rms_norm", "dot_product_attention", "rms_norm", "rotary_embedding",
+__all__ = ["add_rms_norm", "dot_product_attention", "ragged_dot", "rms_norm", "rotary_embedding",
            "softmax_cross_entropy_with_integer_labels", "swiglu"]

@@ -1,0 +1,151 @@
+"""Grouped matrix products: aclnnGroupedMatmulV4.
+
+Prototype from CANN's ops-transformer sources
+(gmm/grouped_matmul/op_host/op_api/aclnn_grouped_matmul_v4.h and its page
+gmm/grouped_matmul/docs/aclnnGroupedMatmulV4.md): single tensors in its
+lists, the group list as per-group counts (``groupListType`` 1). torch_npu
+calls it from ``npu_grouped_matmul`` (op-plugin
+op_plugin/ops/opapi/GroupedMatmulKernelNpuOpApi.cpp) and registers no
+backward; here the backward is two more grouped products: the groups along
+M (``groupType`` 0) with the weights transposed for the rows' gradient, the
+groups along K (``groupType`` 2) for the weights' gradient.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jax_aclnn._declare import declare
+
+_F32 = jnp.float32
+_PROTOTYPE = (
+    "aclnnStatus aclnnGroupedMatmulV4GetWorkspaceSize(const aclTensorList *x, "
+    "const aclTensorList *weight, const aclTensorList *biasOptional, "
+    "const aclTensorList *scaleOptional, const aclTensorList *offsetOptional, "
+    "const aclTensorList *antiquantScaleOptional, const aclTensorList *antiquantOffsetOptional, "
+    "const aclTensorList *perTokenScaleOptional, const aclTensor *groupListOptional, "
+    "const aclTensorList *activationInputOptional, "
+    "const aclTensorList *activationQuantScaleOptional, "
+    "const aclTensorList *activationQuantOffsetOptional, int64_t splitItem, int64_t groupType, "
+    "int64_t groupListType, int64_t actType, aclTensorList *out, "
+    "aclTensorList *activationFeatureOutOptional, aclTensorList *dynQuantScaleOutOptional, "
+    "uint64_t *workspaceSize, aclOpExecutor **executor)")
+_GROUP_ALONG_M, _GROUP_ALONG_K = 0, 2
+_COUNTS = 1
+#: The lists this module never fills (quantization, activation): empty.
+_EMPTY = 9
+
+
+def _groups_of(size, counts):
+    """Each index's group along a dimension of ``size`` split by ``counts``
+    (past their total: len(counts), no group)."""
+    return jnp.searchsorted(jnp.cumsum(counts), jnp.arange(size), side="right")
+
+
+def _reference(x, weight, biasOptional, scaleOptional, offsetOptional, antiquantScaleOptional,
+               antiquantOffsetOptional, perTokenScaleOptional, groupListOptional,
+               activationInputOptional, activationQuantScaleOptional,
+               activationQuantOffsetOptional, *, splitItem, groupType, groupListType, actType):
+    (a,), (w,) = x, weight
+    if groupType == _GROUP_ALONG_M:  # out[rows of e] = a[rows] @ w[e]
+        g = _groups_of(a.shape[0], groupListOptional)
+        wf = jnp.concatenate([w.astype(_F32), jnp.zeros((1,) + w.shape[1:], _F32)])
+        out = jnp.einsum("mk,mkn->mn", a.astype(_F32), wf[g])
+    else:  # groups along K: out[e] = a[:, ks of e] @ w[ks of e]
+        g = _groups_of(a.shape[1], groupListOptional)
+        onehot = jax.nn.one_hot(g, groupListOptional.shape[0], dtype=_F32)  # (K, E)
+        out = jnp.einsum("mk,ke,kn->emn", a.astype(_F32), onehot, w.astype(_F32))
+    return [out.astype(a.dtype)], [], []
+
+
+def _operator(group_type: int, dims: str, replicated: tuple[str, ...], name: str):
+    return declare(_PROTOTYPE, _reference, name=name, dims=dims, replicated=replicated)
+
+
+#: Groups along M: the rows m and the groups g stay whole (the counts are
+#: global), the output columns n are partitioned, K summed over.
+_ALONG_M = _operator(_GROUP_ALONG_M, "m k, g k n, g n, a, a, a, a, a, g, a, a, a -> m n, a, a",
+                     ("m", "g", "a"), "nn_grouped_matmul_v4")
+#: Groups along K (the weights' gradient): x is (K', M) = lhs^T, weight (M, N).
+_ALONG_K = _operator(_GROUP_ALONG_K, "k m, m n, g n, a, a, a, a, a, g, a, a, a -> g k n, a, a",
+                     ("m", "g", "a"), "nn_grouped_matmul_v4_along_k")
+
+
+def _call(op, a, w, counts, group_type):
+    (out,), _, _ = op([a], [w], [], [], [], [], [], [], counts, [], [], [], splitItem=3,
+                      groupType=group_type, groupListType=_COUNTS, actType=0)
+    return out
+
+
+@jax.custom_vjp
+def _ragged_dot(lhs, rhs, counts):
+    return _ragged_dot_fwd(lhs, rhs, counts)[0]
+
+
+def _ragged_dot_fwd(lhs, rhs, counts):
+    out = _call(_ALONG_M, lhs, rhs, counts, _GROUP_ALONG_M)
+    # rows past the groups' total: CANN leaves them unwritten, JAX's contract is 0
+    covered = jnp.arange(lhs.shape[0]) < jnp.sum(counts)
+    return jnp.where(covered[:, None], out, 0).astype(out.dtype), (lhs, rhs, counts, covered)
+
+
+def _ragged_dot_bwd(res, g):
+    lhs, rhs, counts, covered = res
+    g = jnp.where(covered[:, None], g, 0).astype(g.dtype)
+    dlhs = _call(_ALONG_M, g, jnp.swapaxes(rhs, 1, 2), counts, _GROUP_ALONG_M)
+    dlhs = jnp.where(covered[:, None], dlhs, 0).astype(lhs.dtype)
+    drhs = _call(_ALONG_K, lhs.T, g, counts, _GROUP_ALONG_K).astype(rhs.dtype)
+    return dlhs, drhs, None
+
+
+_ragged_dot.defvjp(_ragged_dot_fwd, _ragged_dot_bwd)
+
+
+def ragged_dot(lhs: Any, rhs: Any, group_sizes: Any) -> jax.Array:
+    """Grouped matrix product on aclnnGroupedMatmulV4.
+
+    The contract of ``jax.lax.ragged_dot``: the rows of ``lhs`` fall into
+    consecutive groups of ``group_sizes`` rows, group ``e`` multiplied by
+    ``rhs[e]``; rows past the groups' total give zeros. Forward one
+    aclnnGroupedMatmulV4 (groups along M), backward two (the rows' gradient
+    along M with ``rhs`` transposed, the weights' along K).
+
+    CANN's group list is int64: the aclnn operators run where JAX has 64-bit
+    integers (``jax_enable_x64``, ``group_sizes`` then taken as int64);
+    under JAX's default 32-bit mode, ``jax.lax.ragged_dot`` computes it.
+
+    Args:
+      lhs: ``(m, k)``, float32, float16 or bfloat16.
+      rhs: ``(g, k, n)``, lhs's dtype.
+      group_sizes: ``(g,)`` integers, summing to at most m.
+
+    Returns:
+      ``(m, n)`` in lhs's dtype.
+
+    Raises:
+      ValueError: the shapes are not those above.
+      TypeError: the dtypes differ or are not floating, or group_sizes are
+        not integers.
+
+    Dimension rule: the output columns partitioned, k summed over; rows and
+    groups whole.
+    """
+    lhs, rhs, group_sizes = jnp.asarray(lhs), jnp.asarray(rhs), jnp.asarray(group_sizes)
+    if lhs.ndim != 2 or rhs.ndim != 3 or rhs.shape[1] != lhs.shape[1] or \
+            group_sizes.shape != rhs.shape[:1]:
+        raise ValueError(f"ragged_dot: lhs (m, k), rhs (g, k, n), group_sizes (g,); got "
+                         f"{lhs.shape}, {rhs.shape}, {group_sizes.shape}")
+    if lhs.dtype != rhs.dtype or not jnp.issubdtype(lhs.dtype, jnp.floating):
+        raise TypeError(f"ragged_dot: lhs and rhs of one floating dtype, got {lhs.dtype}, "
+                        f"{rhs.dtype}")
+    if not jnp.issubdtype(group_sizes.dtype, jnp.integer):
+        raise TypeError(f"ragged_dot: group_sizes must be integers, got {group_sizes.dtype}")
+    if not jax.config.jax_enable_x64:
+        return jax.lax.ragged_dot(lhs, rhs, group_sizes)
+    return _ragged_dot(lhs, rhs, group_sizes.astype(jnp.int64))
+
+
+__all__ = ["ragged_dot"]
