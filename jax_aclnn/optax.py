@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import jax
+import jax.export  # register_namedtuple_serialization (jax 0.7 does not import it with jax)
 import jax.numpy as jnp
 import optax as _optax
 
@@ -59,6 +60,11 @@ class AdamWState(NamedTuple):
     count: jax.Array
     mu: Any
     nu: Any
+
+
+# a program taking the state (a training step) exports and serializes
+jax.export.register_namedtuple_serialization(AdamWState,
+                                             serialized_name="jax_aclnn.optax.AdamWState")
 
 
 def adamw(learning_rate: float | _optax.Schedule, b1: float = 0.9, b2: float = 0.999,

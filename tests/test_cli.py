@@ -25,7 +25,7 @@ def run(*args: str, env: dict[str, str] | None = None) -> str:
     return out.stdout
 
 
-@pytest.mark.parametrize("command", [[], ["train"], ["bench"], ["info"]])
+@pytest.mark.parametrize("command", [[], ["train"], ["train-lm"], ["bench"], ["info"]])
 def test_help(command):
     assert "usage:" in run(*command, "--help")
 

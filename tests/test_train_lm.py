@@ -1,0 +1,68 @@
+"""``python -m jax_aclnn train-lm`` (issue 39) as a user runs it: the
+default data (the standard library's sources), the loss against the
+unigram baseline, data parallelism, sampling, the exported step."""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import pytest
+
+from test_cli import run
+
+import jax_aclnn as aclnn  # noqa: F401  (registers the targets the exported step calls)
+from jax_aclnn import nn  # noqa: F401  (declares the catalogue's operators)
+from jax_aclnn import optax  # noqa: F401  (registers its state for deserialization)
+
+
+def first_loss(out: str) -> str:
+    return re.search(r"first step's training loss (\S+)", out)[1]
+
+
+def test_train_lm_learns_below_the_unigram_baseline_and_exports_the_step(tmp_path):
+    exported = tmp_path / "step.bin"
+    out = run("train-lm", "--steps", "200", "--quiet", "--sample", "16",
+              "--export-npu", str(exported))
+    baseline = float(re.search(r"unigram baseline \(no context\): (\S+)", out)[1])
+    final = float(re.search(r"-> (\S+) nats/byte", out)[1])
+    assert final < baseline - 0.3, out
+    assert "tokens/s" in out and "Sample:" in out
+    calls = dict(re.findall(r"^    (aclnn\w+) +(\d+)$", out, re.M))
+    assert calls == {"aclnnAddRmsNorm": "2", "aclnnApplyAdamWV2": "16",
+                     "aclnnCrossEntropyLoss": "1", "aclnnCrossEntropyLossGrad": "1",
+                     "aclnnFlashAttentionScore": "2", "aclnnFlashAttentionScoreGrad": "2",
+                     "aclnnRmsNorm": "3", "aclnnRmsNormGrad": "5",
+                     "aclnnRotaryPositionEmbedding": "4", "aclnnRotaryPositionEmbeddingGrad": "4",
+                     "aclnnSwiGlu": "2", "aclnnSwiGluGrad": "2"}, out
+    step = jax.export.deserialize(exported.read_bytes())
+    assert step.platforms == ("cpu", "npu")
+    assert step.mlir_module().count("stablehlo.custom_call @aclnn_nn_flash_attention_score") == 4
+
+
+def test_train_lm_on_four_devices_takes_the_same_first_step():
+    one = run("train-lm", "--steps", "1", "--quiet")
+    four = run("train-lm", "--steps", "1", "--quiet", "--devices", "4")
+    assert "data-parallel over 4 cpu device(s)" in four
+    assert first_loss(one) == first_loss(four)
+
+
+def test_train_lm_on_a_file_of_the_users(tmp_path):
+    text = tmp_path / "poem.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog\n" * 200)
+    out = run("train-lm", "--data", str(text), "--steps", "60", "--quiet", "--seq", "16")
+    assert f"bytes of {text}" in out
+    assert float(re.search(r"-> (\S+) nats/byte", out)[1]) < 1.5
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--data", "/nonexistent/text"], "--data /nonexistent/text: no such file or directory"),
+    (["--heads", "3"], "must split into --heads 3"),
+])
+def test_train_lm_refuses_bad_options(args, message):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "jax_aclnn", "train-lm", *args],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
