@@ -23,19 +23,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jax_aclnn as aclnn
-from declared_operators import LIBRARY, SOFTPLUS_BACKWARD, softplus_backward_reference
+from declared_operators import LIBRARY, SOFTPLUS_BACKWARD, recorded, softplus_backward_reference
 from jax_aclnn import _loading
 
 pytestmark = pytest.mark.skipif(not LIBRARY.exists(),
                                 reason="the test provider is built with JAX_ACLNN_TESTING=ON")
-
-
-def recorded() -> list[str]:
-    lib = ctypes.CDLL(str(LIBRARY))
-    lib.jaxAclnnTestRecorded.restype = ctypes.c_char_p
-    text = lib.jaxAclnnTestRecorded().decode()
-    lib.jaxAclnnTestReset()
-    return [line for line in text.split("\n") if line]
 
 
 def live_descriptors() -> int:

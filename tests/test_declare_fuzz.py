@@ -39,22 +39,14 @@ from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
 import jax_aclnn as aclnn
-from declared_operators import LIBRARY
+from declared_operators import LIBRARY, recorded
 
 pytestmark = pytest.mark.skipif(not LIBRARY.exists(),
                                 reason="the test provider is built with JAX_ACLNN_TESTING=ON")
 
 _library = ctypes.CDLL(str(LIBRARY)) if LIBRARY.exists() else None
 if _library is not None:
-    _library.jaxAclnnTestRecorded.restype = ctypes.c_char_p
     _library.jaxAclnnTestSetDynamicPrototype.argtypes = [ctypes.c_char_p]
-
-
-def recorded() -> list[str]:
-    """The recording operators' lines since the last call, and a fresh log."""
-    text = _library.jaxAclnnTestRecorded().decode()
-    _library.jaxAclnnTestReset()
-    return [line for line in text.split("\n") if line]
 
 
 # ---- Parameter kinds: (C declaration, the recorder's letter).
@@ -377,7 +369,7 @@ _names = (f"record_dynamic_{i}" for i in itertools.count())
 
 
 # Each example compiles several programs (the values are static): its own count.
-@settings(max_examples=int(os.environ.get("JAX_ACLNN_DECLARE_FUZZ_EXAMPLES", "40")),
+@settings(max_examples=int(os.environ.get("JAX_ACLNN_PROTOTYPE_FUZZ_EXAMPLES", "40")),
           deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(spec=specs(), seed=st.integers(0, 2**32 - 1))
 def test_random_prototypes_arrive_and_return_as_declared(spec, seed):

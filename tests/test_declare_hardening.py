@@ -7,15 +7,13 @@ it), whose numbers are checked against NumPy."""
 
 from __future__ import annotations
 
-import ctypes
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import jax_aclnn as aclnn
-from declared_operators import LIBRARY, SOFTPLUS_BACKWARD, softplus_backward_reference
+from declared_operators import LIBRARY, SOFTPLUS_BACKWARD, recorded, softplus_backward_reference
 
 pytestmark = pytest.mark.skipif(not LIBRARY.exists(),
                                 reason="the test provider is built with JAX_ACLNN_TESTING=ON")
@@ -26,14 +24,6 @@ _NAMES = iter(range(10**6))
 def unique(stem: str) -> str:
     """A fresh operator name: each test declares its own."""
     return f"{stem}_{next(_NAMES)}"
-
-
-def recorded() -> list[str]:
-    lib = ctypes.CDLL(str(LIBRARY))
-    lib.jaxAclnnTestRecorded.restype = ctypes.c_char_p
-    text = lib.jaxAclnnTestRecorded().decode()
-    lib.jaxAclnnTestReset()
-    return [line for line in text.split("\n") if line]
 
 
 def all_kinds(**changes):

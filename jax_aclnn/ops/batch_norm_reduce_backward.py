@@ -6,7 +6,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.core import ShapedArray
 
 from jax_aclnn import _checks, _compat
