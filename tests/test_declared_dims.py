@@ -252,6 +252,42 @@ def test_per_example_dgamma_loops_and_is_right(rng):
 
 # --- export ----------------------------------------------------------------------------
 
+def test_the_pair_on_a_library_without_executor_reuse(rng):
+    """A user's library that is a complete provider without executor reuse:
+    the data-parallel step on an explicit mesh and in a partial shard_map
+    (check_vma on), equal to float64 NumPy."""
+    library = LIBRARY.with_name("libaclnn_test_provider_no_reuse.so")
+    grad = aclnn.declare(PROTOTYPES["rms_norm_grad"], rms_norm_grad_reference,
+                         outputs=("dxOut", "dgammaOut"), library=library,
+                         dims="... h, ... h, ... 1, h -> ... h, h", replicated="h",
+                         name="dims_rms_norm_grad_no_reuse")
+    norm = aclnn.declare(
+        PROTOTYPES["rms_norm"], rms_norm_reference, outputs=("yOut", "rstdOut"),
+        library=library, dims="... h, h -> ... h, ... 1", replicated="h",
+        vjp=lambda i, o, c, *, epsilon: grad(c[0], i[0], o[1], i[1]), name="dims_rms_norm_no_reuse")
+    loss = lambda x, g: jnp.sum(norm(x, g, epsilon=1e-6)[0] * jnp.cos(norm(x, g, epsilon=1e-6)[0]))  # noqa: E731
+    x = rng.normal(size=(8, 6, 16)).astype(np.float32)
+    gamma = (1 + 0.1 * rng.normal(size=16)).astype(np.float32)
+    want = float64_rms_norm_step(x, gamma)
+    mesh = jax.make_mesh((2, 2), ("data", "model"), axis_types=(AxisType.Explicit,) * 2)
+    xs = jax.device_put(x, NamedSharding(mesh, P("data")))
+    gs = jax.device_put(gamma, NamedSharding(mesh, P()))
+    # inside the shard_map, dgamma of the replicated gamma is summed over "data" by
+    # the vjp's typing (check_vma): the global dgamma
+    partial_map = jax.shard_map(jax.grad(loss, (0, 1)), mesh=mesh,
+                                in_specs=(P("data"), P()), out_specs=(P("data"), P()),
+                                axis_names={"data"})
+    results = []
+    with jax.set_mesh(mesh):
+        if not BEFORE_JAX_09:  # the explicit mesh's all-reduce (see the skip above)
+            step = jax.jit(jax.grad(loss, (0, 1)))
+            results = [step(xs, gs) for _ in range(3)]  # each call runs both phases
+        results.append(jax.jit(partial_map)(xs, gs))
+    for dx, dgamma in results:
+        np.testing.assert_allclose(dx, want[1], rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(dgamma, want[2], rtol=1e-4, atol=1e-4)
+
+
 def test_a_sharded_step_exports_serializes_and_runs_in_a_fresh_process(rng, tmp_path):
     mesh = jax.make_mesh((4,), ("data",), axis_types=(AxisType.Auto,))
     x = rng.normal(size=(8, 16)).astype(np.float32)
@@ -259,8 +295,12 @@ def test_a_sharded_step_exports_serializes_and_runs_in_a_fresh_process(rng, tmp_
     args = (jax.device_put(x, NamedSharding(mesh, P("data"))),
             jax.device_put(gamma, NamedSharding(mesh, P())))
 
-    def step(x, gamma):
-        loss = lambda x, g: rms_norm_loss(x, g) + jnp.sum(aclnn.swish(x))  # noqa: E731
+    def step(x, gamma):  # every built-in operator and a declared pair
+        def loss(x, g):
+            y, _, _ = aclnn.batch_norm(x, channel_axis=-1)
+            return (rms_norm_loss(x, g) + jnp.sum(aclnn.swish(y)) + jnp.sum(aclnn.hardshrink(x))
+                    + jnp.sum(aclnn.logit(jax.nn.sigmoid(x), eps=1e-3))
+                    + aclnn.smooth_l1_loss(x, jnp.zeros_like(x)))
         return jax.value_and_grad(loss, (0, 1))(x, gamma)
 
     exported = jax.export.export(jax.jit(step), platforms=["cpu", "npu"],
