@@ -66,8 +66,6 @@ def scalar_dtype(value: Any) -> np.dtype:
     """The aclScalar dtype of a value: a NumPy scalar's own; a Python float
     is float32 (what CANN's operators take for their scalar attributes), an
     int int64, a bool bool."""
-    if isinstance(value, Scalar):
-        return np.dtype(value.dtype)
     if isinstance(value, np.generic):
         dtype = value.dtype
     elif isinstance(value, bool):
@@ -162,11 +160,7 @@ def static_value(operator: str, p: Parameter, value: Any) -> Any:
                             f"None cannot stand for it")
         return None
     if kind == "scalar":
-        if isinstance(value, np.generic):
-            dtype = scalar_dtype(value)
-            return Scalar(_checked(operator, name, _SCALAR_VALUE_KINDS[dtype.name], value),
-                          dtype.name)
-        if not isinstance(value, (bool, int, float)):
+        if not isinstance(value, (bool, int, float, np.generic)):
             raise TypeError(f"{operator}: {name}={value!r} is not a number for an aclScalar")
         dtype = scalar_dtype(value)
         return Scalar(_checked(operator, name, _SCALAR_VALUE_KINDS[dtype.name], value),

@@ -85,8 +85,9 @@ def declare(prototype: str, reference: Callable[..., Any], *, outputs: Iterable[
     sharding and, inside ``shard_map``, are summed over the manual axes
     their input does not vary over); ``vmap`` in one call when
     ``elementwise``, or when ``dims`` gives every output and every mapped
-    input a leading ``...`` (the mapped dimension joins it), else one call
-    per example (``jax.lax.map``); sharding from ``dims`` (``elementwise``
+    input a leading ``...`` (the mapped dimension joins it) or the same
+    leading factor (the mapped dimension merges into it), else one call per
+    example (``jax.lax.map``); sharding from ``dims`` (``elementwise``
     is one partitioned factor per dimension of the broadcast result; with
     neither, the operands are replicated); ``jax.export`` for
     ``["cpu", "npu"]`` (the importing process declares the same operator;
@@ -164,8 +165,7 @@ def declare(prototype: str, reference: Callable[..., Any], *, outputs: Iterable[
                               rule=rule, local_sizes=local_sizes)
         op.declaration = declaration
     elif getattr(existing, "declaration", None) == declaration:  # a re-run cell: the same
-        op = existing
-        op.user_reference = reference
+        op = existing  # (its reference computes what the new one does)
     else:
         raise ValueError(f"declare: an operator named {name!r} exists already (declared "
                          f"differently); pass name=")
@@ -265,14 +265,17 @@ def _rule(proto: _prototype.Prototype, name: str, dims: str | None, replicated: 
 
 
 def _function_key(f: Any) -> Any:
-    """What makes two declarations' functions the same: a function's code
-    and defaults (a notebook cell run again defines an equal one), else the
-    object itself."""
+    """What makes two declarations' functions the same: a function's code,
+    defaults and the values it closes over, compared by their repr (a
+    notebook cell run again defines an equal one); else the object itself."""
     code = getattr(f, "__code__", None)
     if code is None:
         return f
+    cells = tuple(repr(c.cell_contents) if c.cell_contents is not None else None
+                  for c in (f.__closure__ or ()))
     return (getattr(f, "__module__", None), getattr(f, "__qualname__", None), code,
-            repr(getattr(f, "__defaults__", None)), repr(getattr(f, "__kwdefaults__", None)))
+            repr(getattr(f, "__defaults__", None)), repr(getattr(f, "__kwdefaults__", None)),
+            cells)
 
 
 def _var_keyword(signature: inspect.Signature) -> str | None:

@@ -103,6 +103,11 @@ def _leading_factor(op, args: Sequence[Any], dims: Sequence[Any], **params: Any
     if len(leads) != 1:
         return None
     (lead,) = leads
+    # every operand that has the factor must have it first (the merge reshapes there)
+    placeholders = op.absent_operands(params["absent"], params["list_sizes"])
+    if any(lead in op.rule.inputs[groups[i]][1:] for i in range(len(args))
+           if i not in placeholders):
+        return None
     ok = lead not in (None, "1", _dims.ELLIPSIS) and lead not in op.rule.replicated
     return lead if ok and lead not in op.local_sizes.values() else None
 

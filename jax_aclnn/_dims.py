@@ -13,7 +13,8 @@ From a rule and the operands' shapes come the *factors* of
 sharded): a factor an output has is partitioned, one only inputs have is
 summed over (a reduction), one in ``replicated`` is never sharded. The
 batching rule of a declared operator reads the rule too: a mapped
-dimension joins ``...`` (:meth:`Rule.batchable`).
+dimension joins ``...`` (:meth:`Rule.batchable`) or a named factor that
+leads every output (:mod:`jax_aclnn._declared_batching`).
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ class Rule:
 def parse(text: str, n_inputs: int, n_outputs: int, replicated: Iterable[str] = (),
           where: str = "dims") -> Rule:
     """The :class:`Rule` of ``text`` for ``n_inputs`` input and ``n_outputs``
-    output tensor parameters.
+    output tensor parameters (an empty group is a rank-0 tensor's).
 
     Raises:
       TypeError: ``text`` is not a string.

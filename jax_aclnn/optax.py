@@ -125,10 +125,9 @@ def adamw(learning_rate: float | _optax.Schedule, b1: float = 0.9, b2: float = 0
             return u.astype(jnp.asarray(p).dtype), m.reshape(shape), v.reshape(shape)
 
         out = jax.tree.map(one, grads, state.mu, state.nu, params)
-        leaves, tree = jax.tree.flatten(grads)
+        tree = jax.tree.structure(grads)
         triples = tree.flatten_up_to(out)
         updates, mu, nu = (tree.unflatten([t[i] for t in triples]) for i in range(3))
-        del leaves
         return updates, AdamWState(state.count + 1, mu, nu)
 
     return _optax.GradientTransformation(init, update)

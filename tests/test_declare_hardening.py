@@ -293,3 +293,26 @@ def test_a_traced_attribute_names_the_parameter_and_says_it_is_static():
     with pytest.raises(TypeError, match="beta is a traced value .* static"):
         jax.jit(lambda x, b: op(x, x, beta=b, threshold=20.0))(X, 1.0)
 
+
+
+def test_declaring_a_name_again_with_other_closed_over_values_is_refused():
+    """Equal code closing over another value is another operator: refused
+    (reusing the first would compute the old values)."""
+    def make(scale):
+        return lambda gradOutput, self, *, beta, threshold: gradOutput * scale
+
+    aclnn.declare(SOFTPLUS_BACKWARD, make(2.0), name="softplus_closure", elementwise=True)
+    with pytest.raises(ValueError, match="exists already"):
+        aclnn.declare(SOFTPLUS_BACKWARD, make(3.0), name="softplus_closure", elementwise=True)
+
+
+def test_vmap_merges_into_a_leading_factor_only_where_every_operand_leads_with_it():
+    """'b m, m b -> b m': c has the factor b second; merging the mapped
+    dimension into b would misshape it, so vmap runs one call per example."""
+    op = aclnn.declare(
+        "aclnnStatus aclnnAddTransposedGetWorkspaceSize(const aclTensor *a, const aclTensor *c, "
+        "aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)",
+        lambda a, c: a + c.T, name=unique("add_transposed"), dims="b m, m b -> b m")
+    a = jnp.arange(24.0).reshape(3, 2, 4)
+    c = jnp.arange(8.0).reshape(4, 2)
+    np.testing.assert_array_equal(jax.vmap(lambda a: op(a, c))(a), a + c.T)

@@ -371,7 +371,7 @@ def test_dot_product_attention_under_vmap_is_one_call_and_right(rng):
 
 def test_dot_product_attention_refuses_bad_arguments():
     q = jnp.ones((1, 2, 3, 4))
-    with pytest.raises(ValueError, match="N a multiple of K"):
+    with pytest.raises(ValueError, match="multiple of K"):
         nn.dot_product_attention(q, jnp.ones((1, 2, 2, 4)), jnp.ones((1, 2, 2, 4)))
     with pytest.raises(TypeError, match="mask must be boolean"):
         nn.dot_product_attention(q, q, q, mask=jnp.ones((2, 2)))
@@ -392,3 +392,39 @@ def test_ragged_dot_equals_jax(rng, x64):
         want = jax.value_and_grad(loss(jax.lax.ragged_dot), (0, 1))(lhs, rhs)
     for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(want)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def flash_attention_calls(fn, *args):
+    """The FlashAttentionScore equations of ``fn``'s jaxpr (inside custom VJPs too)."""
+    def walk(jaxpr):
+        for e in jaxpr.eqns:
+            if "flash_attention_score" in str(e.primitive):
+                yield e
+            for v in e.params.values():
+                inner = getattr(v, "jaxpr", v)
+                if hasattr(inner, "eqns"):
+                    yield from walk(inner)
+
+    return list(walk(jax.make_jaxpr(fn)(*args).jaxpr))
+
+
+@pytest.mark.parametrize("mask_shape,passed", [
+    ((2, 1, 5, 7), (2, 1, 5, 7)), ((5, 7), (5, 7)), ((1, 1, 5, 7), (5, 7)),
+    ((2, 1, 1, 7), (2, 1, 5, 7)), ((2, 4, 5, 7), (2, 4, 5, 7))])
+def test_attention_passes_masks_in_the_smallest_shape_cann_takes(rng, mask_shape, passed):
+    """A mask is broadcast only as far as CANN's shapes require (a padding
+    mask (B, 1, 1, S) becomes (B, 1, T, S), never (B, N, T, S))."""
+    q, k = jnp.ones((2, 5, 4, 8)), jnp.ones((2, 7, 4, 8))
+    mask = rng.random(mask_shape) > 0.2
+    calls = flash_attention_calls(lambda q, k: nn.dot_product_attention(q, k, k, mask=mask), q, k)
+    shapes = [tuple(v.aval.shape) for e in calls for v in e.invars if v.aval.dtype == jnp.bool_]
+    assert shapes == [passed], shapes
+
+
+def test_attention_bias_keeps_cann_shapes(rng):
+    q, k = jnp.ones((2, 5, 4, 8)), jnp.ones((2, 7, 4, 8))
+    for bias_shape, passed in [((2, 4, 1, 7), (2, 4, 1, 7)), ((1, 4, 5, 7), (1, 4, 5, 7)),
+                               ((5, 7), (1, 4, 5, 7))]:
+        bias = rng.normal(size=bias_shape).astype(np.float32)
+        (eqn,) = flash_attention_calls(lambda q, k: nn.dot_product_attention(q, k, k, bias), q, k)
+        assert tuple(eqn.invars[3].aval.shape) == passed

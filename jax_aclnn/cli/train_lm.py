@@ -151,9 +151,13 @@ def sample(params: dict[str, Any], cfg: Config, prompt: bytes, length: int,
     step = jax.jit(lambda p, w: logits(p, w[None], cfg)[0])
     out = list(prompt) or [10]
     for _ in range(length):
-        context = np.asarray(out[-cfg.seq:], np.int32)
+        context = out[-cfg.seq:]
+        # one window length, one compilation: causal, the padding after the
+        # context changes nothing before it
+        window = np.zeros(cfg.seq, np.int32)
+        window[: len(context)] = context
         key, sub = jax.random.split(key)
-        row = step(params, context)[len(context) - 1]
+        row = step(params, window)[len(context) - 1]
         out.append(int(jax.random.categorical(sub, row / temperature)))
     return bytes(out[len(prompt):])
 

@@ -147,7 +147,5 @@ class RMSNorm(nn.RMSNorm):
                           self.use_scale):
             return nn.RMSNorm.__call__.__wrapped__(self, x, mask=mask)
         scale = self.param("scale", self.scale_init, (x.shape[-1],), self.param_dtype)
-        if not self.force_float32_reductions:
-            scale = jnp.asarray(scale, self.param_dtype)
         return _rms.call(x, scale, self.epsilon,
                          dtypes.canonicalize_dtype(x, scale, dtype=self.dtype))

@@ -34,6 +34,11 @@ from jax_aclnn._declare import declare
 _F32 = jnp.float32
 #: CANN's compressed causal mask of sparse modes 2-4: 1 above the diagonal.
 _CAUSAL_SIZE = 2048
+#: The size-1 patterns of (B, N, T, S) CANN takes (True: size 1), the most
+#: broadcast first: pse [B, N, 1, S], [1, N, T, S], [B, N, T, S]; attenMask
+#: [T, S] (as [1, 1, T, S]), [B, 1, T, S], [B, N, T, S].
+_PSE_PATTERNS = [(False, False, True, False), (True, False, False, False), (False,) * 4]
+_MASK_PATTERNS = [(True, True, False, False), (False, True, False, False), (False,) * 4]
 _ALL_TOKENS = 2147483647  # preTokens/nextTokens: no band (torch_npu's default)
 _SPARSE_MASK, _SPARSE_CAUSAL = 1, 2  # allMask; leftUpCausal (query i sees keys j <= i)
 
@@ -133,6 +138,16 @@ _GRAD = (
     "aclOpExecutor **executor)")
 
 
+def _group(pattern: tuple[bool, ...], names: str) -> str:
+    return " ".join("1" if p else f for p, f in zip(pattern, names))
+
+
+#: Every pse and mask group the calls pass (absent: p, m; the compressed
+#: causal mask: c d).
+_PSE_GROUPS = ["p"] + [_group(p, "bnts") for p in _PSE_PATTERNS]
+_MASK_GROUPS = ["m", "c d", "t s"] + [_group(p, "bnts") for p in _MASK_PATTERNS[1:]]
+
+
 @functools.cache
 def _operators(pse: str, mask: str, grouped: bool):
     """The pair for a pse and a mask of these groups (``p`` where absent) and
@@ -164,15 +179,16 @@ def _operators(pse: str, mask: str, grouped: bool):
 
 def _groups(query, key, pse, mask):
     """The dims groups of pse and the mask (as they are passed)."""
-    pse_group = "p" if pse is None else " ".join(
-        "1" if m == 1 else f for m, f in zip(pse.shape, ("b", "n", "t", "s")))
+    full = query.shape[:1] + query.shape[2:3] + query.shape[1:2] + key.shape[1:2]
+    pse_group = "p" if pse is None else _group(tuple(m == 1 and f != 1 for m, f in
+                                                      zip(pse.shape, full)), "bnts")
     if mask is None:
         mask_group = "m"
     elif mask.shape == (_CAUSAL_SIZE, _CAUSAL_SIZE):
         mask_group = "c d"
     else:
-        mask_group = " ".join("1" if m == 1 else f
-                              for m, f in zip(mask.shape, ("b", "n", "t", "s")[-mask.ndim:]))
+        mask_group = "t s" if mask.ndim == 2 else _group(
+            tuple(m == 1 and f != 1 for m, f in zip(mask.shape, full)), "bnts")
     return pse_group, mask_group, query.shape[2] != key.shape[2]
 
 
@@ -203,17 +219,23 @@ def _attention_bwd(scale, sparse, res, dy):
 
 _attention.defvjp(_attention_fwd, _attention_bwd)
 
+# Declared at import, every pattern: a process that runs an exported program
+# registers their custom-call targets by importing this module.
+for _pse in _PSE_GROUPS:
+    for _mask in _MASK_GROUPS:
+        for _grouped in (False, True):
+            _operators(_pse, _mask, _grouped)
+
 
 def _cann_shape(x: Any, full: tuple[int, ...], allowed: list[tuple[bool, ...]]) -> Any:
-    """``x`` broadcast (NumPy's rules) to ``full`` where CANN does not take
-    its own pattern of size-1 dimensions (``allowed``, True: size 1)."""
-    x = jnp.broadcast_to(x, jnp.broadcast_shapes(x.shape, (1,) * (4 - x.ndim) + full[-x.ndim:]))
+    """``x`` (broadcastable to ``full`` by NumPy's rules) as a 4-D array of a
+    pattern of size-1 dimensions CANN takes (``allowed``, True: size 1,
+    from the most broadcast to the least): its own where CANN takes it,
+    else the most broadcast one it fits, its other dimensions broadcast."""
     x = x.reshape((1,) * (4 - x.ndim) + x.shape)
     ones = tuple(m == 1 and f != 1 for m, f in zip(x.shape, full))
-    if ones not in allowed:
-        keep = next(a for a in allowed if all(o or not k for o, k in zip(ones, a)))
-        x = jnp.broadcast_to(x, tuple(1 if k else f for k, f in zip(keep, full)))
-    return x
+    keep = next(a for a in allowed if all(o or not k for o, k in zip(ones, a)))
+    return jnp.broadcast_to(x, tuple(1 if k else f for k, f in zip(keep, full)))
 
 
 def dot_product_attention(query: Any, key: Any, value: Any, bias: Any = None, mask: Any = None,
@@ -256,11 +278,12 @@ def dot_product_attention(query: Any, key: Any, value: Any, bias: Any = None, ma
     (CANN's needs its separate mask generator).
     """
     query, key, value = jnp.asarray(query), jnp.asarray(key), jnp.asarray(value)
-    if query.ndim != 4 or key.ndim != 4 or value.shape[:3] != key.shape[:3] or \
+    if query.ndim != 4 or key.ndim != 4 or value.shape != key.shape or \
             query.shape[0] != key.shape[0] or query.shape[3] != key.shape[3] or \
-            query.shape[2] % key.shape[2]:
+            key.shape[2] == 0 or query.shape[2] % key.shape[2]:
         raise ValueError(f"dot_product_attention: query (B, T, N, H), key and value (B, S, K, H) "
-                         f"with N a multiple of K; got {query.shape}, {key.shape}, {value.shape}")
+                         f"with N a positive multiple of K; got {query.shape}, {key.shape}, "
+                         f"{value.shape}")
     if not (query.dtype == key.dtype == value.dtype) or not jnp.issubdtype(query.dtype,
                                                                            jnp.floating):
         raise TypeError(f"dot_product_attention: query, key and value of one floating dtype, "
@@ -272,17 +295,14 @@ def dot_product_attention(query: Any, key: Any, value: Any, bias: Any = None, ma
     pse = None
     if bias is not None:
         pse = _cann_shape(jnp.asarray(bias).astype(query.dtype) / jnp.asarray(scale, query.dtype),
-                          full, [(False,) * 4, (False, False, True, False),
-                                 (True, False, False, False)])
+                          full, _PSE_PATTERNS)
     masked_out = None
     if mask is not None:
         mask = jnp.asarray(mask)
         if mask.dtype != jnp.bool_:
             raise TypeError(f"dot_product_attention: mask must be boolean, got {mask.dtype}")
         keep = jnp.logical_and(mask, jnp.tril(jnp.ones((t, s), bool))) if is_causal else mask
-        masked_out = _cann_shape(jnp.logical_not(keep), full,
-                                 [(False,) * 4, (False, True, False, False),
-                                  (True, True, False, False)])
+        masked_out = _cann_shape(jnp.logical_not(keep), full, _MASK_PATTERNS)
         if masked_out.shape[:2] == (1, 1):
             masked_out = masked_out.reshape(t, s)
         sparse = _SPARSE_MASK

@@ -82,6 +82,9 @@ def _check(name: str, x: Any, weight: Any) -> None:
     for arg, v in (("x", x), ("weight", weight)):
         if not jnp.issubdtype(v.dtype, jnp.floating):
             raise TypeError(f"{name}: {arg} must be float32, float16 or bfloat16, got {v.dtype}")
+    if weight.dtype not in (x.dtype, jnp.float32):
+        raise TypeError(f"{name}: weight must be x's dtype ({x.dtype}) or float32 (CANN's mixed "
+                        f"precision), got {weight.dtype}")
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))

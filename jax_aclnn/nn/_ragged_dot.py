@@ -51,9 +51,7 @@ def _reference(x, weight, biasOptional, scaleOptional, offsetOptional, antiquant
                activationQuantOffsetOptional, *, splitItem, groupType, groupListType, actType):
     (a,), (w,) = x, weight
     if groupType == _GROUP_ALONG_M:  # out[rows of e] = a[rows] @ w[e]
-        g = _groups_of(a.shape[0], groupListOptional)
-        wf = jnp.concatenate([w.astype(_F32), jnp.zeros((1,) + w.shape[1:], _F32)])
-        out = jnp.einsum("mk,mkn->mn", a.astype(_F32), wf[g])
+        out = jax.lax.ragged_dot(a.astype(_F32), w.astype(_F32), groupListOptional)
     else:  # groups along K: out[e] = a[:, ks of e] @ w[ks of e]
         g = _groups_of(a.shape[1], groupListOptional)
         onehot = jax.nn.one_hot(g, groupListOptional.shape[0], dtype=_F32)  # (K, E)

@@ -106,6 +106,11 @@ def _rope_bwd(mode, res, dy):
 
 _rope.defvjp(_rope_fwd, _rope_bwd, symbolic_zeros=True)
 
+# Declared at import, every pattern: a process that runs an exported program
+# registers their custom-call targets by importing this module.
+for _p in sorted(_PATTERNS):
+    _operators(_p)
+
 
 def _pattern(x, cos) -> tuple[bool, bool, bool]:
     return tuple(cos.shape[i] == 1 and x.shape[i] != 1 for i in range(3))
