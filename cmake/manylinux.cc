@@ -4,7 +4,8 @@
 // manylinux tag than the build machine's glibc.
 //
 // A glibc 2.34+ toolchain binds these functions at the versions of their
-// move from libdl/libpthread into libc (GLIBC_2.32/2.34), and the statically
+// move from libdl/libpthread into libc (GLIBC_2.32/2.34), the maths ones at
+// their 2.29 versions, and the statically
 // linked libstdc++ (-static-libstdc++: its GLIBCXX_3.4.29 is newer than
 // old distributions ship) needs fstat64 (2.33) and arc4random (2.36). The
 // definitions here, hidden, take every reference in the library (its own
@@ -36,6 +37,13 @@
 JAX_ACLNN_FORWARD(void*, dlopen, dlopen, (const char* file, int mode), (file, mode))
 JAX_ACLNN_FORWARD(void*, dlsym, dlsym, (void* handle, const char* name), (handle, name))
 JAX_ACLNN_FORWARD(char*, dlerror, dlerror, (), ())
+JAX_ACLNN_FORWARD(int, dlclose, dlclose, (void* handle), (handle))
+JAX_ACLNN_FORWARD(int, dladdr, dladdr, (const void* addr, void* info), (addr, info))
+// exp, log and pow gained new versions in glibc 2.29 (the test provider's
+// double-precision kernels call them).
+JAX_ACLNN_FORWARD(double, exp, exp, (double x), (x))
+JAX_ACLNN_FORWARD(double, log, log, (double x), (x))
+JAX_ACLNN_FORWARD(double, pow, pow, (double x, double y), (x, y))
 JAX_ACLNN_FORWARD(int, pthread_getattr_np, pthread_getattr_np, (unsigned long thread, void* attr),
                   (thread, attr))
 JAX_ACLNN_FORWARD(int, pthread_attr_getstack, pthread_attr_getstack,
