@@ -61,10 +61,12 @@ def batch(op: Any, args: Sequence[Any], dims: Sequence[Any], **params: Any):
             full[i] = x
         return op.bind(*full, **params)
 
-    # jax.lax.map scans the leading axis, which must not be sharded (explicit axes)
+    # jax.lax.map scans the leading axis, which must not be sharded (explicit
+    # axes): gathered for the scan, the results sharded back as the operands
+    spec = _batching.batch_spec(args, dims)
     xs = [_unsharded_leading(jnp.moveaxis(args[i], dims[i], 0)) for i in mapped]
     out = jax.lax.map(one, xs)
-    return out, [0] * len(out)
+    return [_batching.with_batch_sharding(o, spec) for o in out], [0] * len(out)
 
 
 def _in_one_call(op, args: Sequence[Any], dims: Sequence[Any], **params: Any) -> bool:
