@@ -11,6 +11,8 @@ import sys
 import tempfile
 
 import numpy as np
+import statistics
+
 import pytest
 
 from jax_aclnn.__main__ import main
@@ -279,10 +281,14 @@ def test_bench_times_each_repeat_as_the_median_call_of_a_burst(monkeypatch):
                               argparse.Namespace(repeats=3, burst=5, bn_channels=16),
                               np.random.default_rng(0))
     warm_up = 2 * 2  # two calls of each contender (aclnn, xla)
-    assert len(calls) == warm_up + 3 * 5 * 2
+    assert len(calls) == warm_up + 3 * 5 * 2 + 3 * 2  # the bursts, then alternating single calls
     # after warm-up's 4 calls, every burst is 5 consecutive counts: 0-4 in some order
     assert row["aclnn_s"] == row["aclnn_min_s"] == row["aclnn_max_s"] == 2.0
     assert row["xla_s"] == 2.0
+    # alternating: counts 34-39 (4, 0, 1, 2, 3, 4 mod 5), one call each in turn,
+    # each contender first in turn: aclnn 4, xla 0; xla 1, aclnn 2; aclnn 3, xla 4
+    assert row["aclnn_alt_s"] == 3.0 and row["xla_alt_s"] == 1.0
+    assert row["vs_xla_alt"] == pytest.approx(statistics.median([0 / 4, 1 / 2, 4 / 3]))
 
 
 def test_train_data_parallel_matches_one_device():

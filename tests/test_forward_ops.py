@@ -94,6 +94,23 @@ def test_batch_norm_grad_matches_plain_jax(rng, axis, dtype):
     assert_close(var, f64(f32[0]).var(axes), dtype, scale=4.0)
 
 
+@pytest.mark.parametrize("shape", [(64, 16), (8, 16, 5)])
+def test_channel_at_dim_1_reaches_the_reduce_without_a_reshape(rng, shape):
+    """aclnnBatchNormReduceBackward takes (N, C, *): an input with its
+    channels at dim 1 is passed as it is. Reshaped to (N, C, 1), XLA
+    compiled a bfloat16 input into a convert round trip, one extra pass
+    over x and one over the gradient per call."""
+    x = as_dtype(rng.normal(size=shape), jnp.bfloat16)
+    grad = jax.jit(jax.grad(lambda x: (aclnn.batch_norm(x, channel_axis=1)[0]
+                                       .astype(jnp.float32) ** 2).sum()))
+    hlo = grad.lower(x).compile().as_text()
+    calls = [line for line in hlo.splitlines() if 'custom_call_target="aclnn_batch_norm_reduce' in line]
+    operand = f"bf16[{','.join(map(str, shape))}]"
+    assert calls and all(line.count(operand) >= 2 for line in calls), calls
+    assert_close(grad(x), f64(jax.grad(lambda x: (batch_norm(x, channel_axis=1) ** 2).sum())(
+        x.astype(jnp.float32))), jnp.bfloat16, scale=8.0)
+
+
 def test_batch_norm_without_weight_or_bias(rng):
     x = jnp.asarray(rng.normal(size=(8, 3)), jnp.float32)
     g = jax.grad(lambda x: (aclnn.batch_norm(x)[0] ** 3).sum())(x)

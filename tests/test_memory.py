@@ -133,6 +133,25 @@ def test_aliased_calls_give_the_operator_results(rng, name, dtype):
     assert_close(f(*operands), case.expected(*doubled(*(f64(a) for a in operands))), dtype)
 
 
+def test_step_compile_times_are_compilations_only(monkeypatch):
+    """The step table's compile time: each mode compiled COMPILE_ROUNDS
+    times, each mode first in turn, on inputs made before any is timed
+    (making them compiles random-number programs: once counted in the
+    first mode's time, it read as compiling through aclnn 2-6x slower)."""
+    made, compiled = [], []
+    real_inputs, real_compile = step_memory.inputs, step_memory.compile_step
+    monkeypatch.setattr(step_memory, "inputs", lambda *a: made.append(a) or real_inputs(*a))
+    monkeypatch.setattr(step_memory, "compile_step",
+                        lambda mode, args: compiled.append(mode) or real_compile(mode, args))
+    row = step_memory.measure(64, 32, 2, repeats=1)
+    assert len(made) == 1
+    rounds = step_memory.COMPILE_ROUNDS
+    n = len(step_memory.MODES)
+    assert len(compiled) == rounds * n
+    assert [compiled[i * n] for i in range(rounds)] == [step_memory.MODES[i % n] for i in range(rounds)]
+    assert all(row[f"{m}_compile_s"] > 0 for m in step_memory.MODES)
+
+
 def test_bench_training_step_table(capsys):
     row = step_memory.measure(64, 32, 2, repeats=1)
     for mode in step_memory.MODES:

@@ -41,15 +41,21 @@ time and step time, through jax_aclnn against the same model in pure JAX
 and bfloat16: the dtypes people train in).
 
 Outputs are compared first (a fast wrong answer is no result). After
-warm-up, each repeat times a burst of ``--burst`` calls in a row of each
-contender and keeps the burst's median call (a library's threads sleep
-while another library runs: a single call after a switch would measure
-their waking, which calls within a program do not wait for). Repeats are
+warm-up, each case is timed two ways, each in ``--repeats`` rounds that are
 paired and interleaved (aclnn, xla, torch, then xla, torch, aclnn, ...:
-each goes first in turn); the table gives the median repeat, GB/s (bytes
-read and written), the fractions of both copy bandwidths, and the median
-of the per-pair ratios (>1 means aclnn is faster), with the range of
-aclnn's repeats.
+each goes first in turn):
+
+* bursts: each round times ``--burst`` calls in a row of each contender and
+  keeps the burst's median call, as calls follow each other within a
+  program. The first table gives the median round, GB/s (bytes read and
+  written), the fractions of both copy bandwidths, and the median of the
+  per-pair ratios (>1 means aclnn is faster), with the range of aclnn's
+  rounds;
+* alternating: each round times one call of each contender, as an eager
+  loop or a debugging session calls operators between other work. A
+  library's threads sleep while another library runs, so such a call
+  also pays for waking them. The second table gives the medians and the
+  median ratios.
 """
 
 from __future__ import annotations
@@ -70,7 +76,7 @@ from tqdm import tqdm
 import jax_aclnn as aclnn
 from jax_aclnn.cli.common import (UsageError, comma_list, integer, jax_devices, one_of,
                                   print_table, progress_disabled)
-from jax_aclnn.cli import bench_cases, bn_memory
+from jax_aclnn.cli import bench_cases, bn_memory, step_memory
 from jax_aclnn.cli.bench_cases import case_bytes, import_torch, measure, timed
 from jax_aclnn.cli.training_state import RealisticProcess
 
@@ -200,16 +206,19 @@ def print_step_table(rows: list[dict[str, Any]]) -> None:
     mib = lambda r, m: f"{r[m + '_temp_bytes'] / 2**20:,.2f} MiB"  # noqa: E731
     print_table(
         "training step jit(grad(loss)) through jax_aclnn vs pure JAX: temporary memory "
-        "(XLA's analysis; ratio < 1: aclnn smaller), step time (medians; ratio > 1: aclnn faster)",
+        "(XLA's analysis; ratio < 1: aclnn smaller), step and compile times (medians; "
+        "ratios > 1: aclnn faster)",
         ["batch x width x layers", "dtype", "aclnn temp", "reference temp", "ratio", "jnp temp", "ratio",
-         "aclnn step", "vs reference", "vs jnp", "compile vs reference"], 2,
+         "aclnn step", "vs reference", "vs jnp", "aclnn compile", "vs reference", "vs jnp"], 2,
         [[f"{r['batch']} x {r['width']} x {r['layers']}", r["dtype"], mib(r, "aclnn"), mib(r, "reference"),
           f"{r['aclnn_temp_bytes'] / r['reference_temp_bytes']:.2f}", mib(r, "jnp"),
           f"{r['aclnn_temp_bytes'] / r['jnp_temp_bytes']:.2f}", f"{r['aclnn_s'] * 1e3:,.1f} ms",
           f"{r['reference_s'] / r['aclnn_s']:.2f}x", f"{r['jnp_s'] / r['aclnn_s']:.2f}x",
-          f"{r['aclnn_compile_s'] / r['reference_compile_s']:.2f}x"] for r in rows])
+          f"{r['aclnn_compile_s']:.2f} s", f"{r['reference_compile_s'] / r['aclnn_compile_s']:.2f}x",
+          f"{r['jnp_compile_s'] / r['aclnn_compile_s']:.2f}x"] for r in rows], width=170)
     print("reference: the same model under JAX_ACLNN_REFERENCE=all; jnp: its formulas in "
-          "jax.numpy, differentiated by JAX")
+          "jax.numpy, differentiated by JAX; compile: tracing, lowering and compiling "
+          f"(median of {step_memory.COMPILE_ROUNDS}, inputs made before)")
 
 
 def print_reuse_table(results: dict[str, dict[str, Any]]) -> None:
@@ -262,8 +271,6 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         print_reuse_table(reuse)
     step = None
     if args.step_repeats > 0:
-        from jax_aclnn.cli import step_memory
-
         step = [step_memory.measure(*shape, args.step_repeats, dtype)
                 for shape in STEP_SHAPES for dtype in args.step_dtypes]
         print_step_table(step)
@@ -306,6 +313,14 @@ def print_results(rows: list[dict[str, Any]], bandwidth: float) -> None:
           f"{r['aclnn_gbps']:.1f}", f"{r['copy_fraction']:.0%}", f"{r['fresh_copy_fraction']:.0%}",
           f"{r['vs_xla']:.2f}x", f"{r['vs_torch']:.2f}x" if "vs_torch" in r else "-", vs_clean(r)]
          for r in sorted(rows, key=case)], width=170)
+    us = lambda r, k: f"{r[k + '_alt_s'] * 1e6:,.0f} us" if k + "_alt_s" in r else "-"  # noqa: E731
+    print_table(
+        "the same calls one at a time, alternating with the other contenders (medians; ratios: "
+        "medians of the paired ratios, > 1: aclnn faster)",
+        ["operator", "dtype", "elements", "mode", "aclnn", "xla", "torch", "vs XLA", "vs torch"], 4,
+        [[r["op"], r["dtype"], f"{r['size']:,}", r["mode"], us(r, "aclnn"), us(r, "xla"), us(r, "torch"),
+          f"{r['vs_xla_alt']:.2f}x", f"{r['vs_torch_alt']:.2f}x" if "vs_torch_alt" in r else "-"]
+         for r in sorted(rows, key=case)])
 
 
 def plot(rows: list[dict[str, Any]], bandwidth: float, path: Path) -> None:
@@ -343,7 +358,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma-separated dtypes (default: %(default)s)")
     p.add_argument("--modes", default=",".join(MODES), type=comma_list(one_of(MODES), f"some of {', '.join(MODES)}"),
                    help="comma-separated process states to measure in (default: %(default)s; see above)")
-    p.add_argument("--repeats", type=integer(1), default=15, help="timed pairs of bursts per case (default: %(default)s)")
+    p.add_argument("--repeats", type=integer(1), default=15, help="timed rounds per case of bursts, and of alternating calls (default: %(default)s)")
     p.add_argument("--burst", type=integer(1), default=5, help="calls in a row per contender and repeat; a repeat's time is their median (default: %(default)s)")
     p.add_argument("--bn-channels", type=integer(16, 1024), default=256, help="channels of the batch-norm shapes, 16 to 1024 (default: %(default)s)")
     p.add_argument("--bn-memory-channels", type=parse_size, metavar="C", help="also measure RSS around a (16, C) batch-norm reduce, e.g. 4M (default: skipped)")

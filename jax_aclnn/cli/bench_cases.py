@@ -135,7 +135,22 @@ def check(ours_out, xla_out, dtype) -> None:
             raise SystemExit(f"outputs disagree with XLA's (max error {np.nanmax(np.abs(a - b))})")
 
 
+def paired(fns: dict[str, Callable[[], Any]], repeats: int,
+           one_time: Callable[[Callable[[], Any]], float]) -> dict[str, list[float]]:
+    """``repeats`` times of each contender, ``one_time(fn)`` each, paired and
+    interleaved: each contender goes first in turn."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    order = list(fns)
+    for i in range(repeats):
+        for k in order[i % len(order):] + order[: i % len(order)]:
+            times[k].append(one_time(fns[k]))
+    return times
+
+
 def measure(op: str, size: int, dtype: Any, args: argparse.Namespace, rng) -> dict[str, Any]:
+    """One case's row: the median times (``<contender>_s``), aclnn's range,
+    and the medians of the paired ratios (``vs_xla``, ``vs_torch``) of the
+    bursts; the same of the alternating calls with an ``_alt`` suffix."""
     ours, xla, torch_fn, inputs, nbytes = make_case(op, size, dtype, args.bn_channels, rng)
     check(ours(*inputs), xla(*inputs), dtype)
     fns = {"aclnn": lambda: ours(*inputs), "xla": lambda: xla(*inputs)}
@@ -145,24 +160,22 @@ def measure(op: str, size: int, dtype: Any, args: argparse.Namespace, rng) -> di
     for fn in fns.values():  # warm-up
         for _ in range(2):
             timed(fn)
-    # One time per repeat and contender: the median call of a burst of
-    # args.burst calls in a row. A library's threads sleep while another
-    # library runs, so a single call after a switch measures their waking
-    # (at 64K elements, a call that takes 27 us in a burst took 72 us right
-    # after PyTorch's); within a program, calls follow each other as in a
-    # burst. Bursts are paired and interleaved: each contender goes first
-    # in turn.
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    order = list(fns)
-    for i in range(args.repeats):
-        for k in order[i % len(order):] + order[: i % len(order)]:
-            times[k].append(statistics.median(timed(fns[k]) for _ in range(args.burst)))
+    # Bursts: one time per repeat and contender, the median call of
+    # args.burst calls in a row, as calls follow each other within a
+    # program. Alternating: one call per repeat and contender, as an eager
+    # loop or a debugging session calls operators between other work: a
+    # library's threads sleep while another library runs, so such a call
+    # also pays for waking them (at 64K elements, a call that takes 27 us
+    # in a burst took 72 us right after PyTorch's).
+    bursts = paired(fns, args.repeats, lambda fn: statistics.median(timed(fn) for _ in range(args.burst)))
+    alternating = paired(fns, args.repeats, timed)
     row = {"op": op, "size": size, "dtype": str(jnp.dtype(dtype)), "bytes": int(nbytes)}
-    for k, ts in times.items():
-        row[f"{k}_s"] = statistics.median(ts)
-        row[f"{k}_min_s"], row[f"{k}_max_s"] = min(ts), max(ts)
-        if k != "aclnn":
-            row[f"vs_{k}"] = statistics.median(b / a for a, b in zip(times["aclnn"], ts))
+    for suffix, times in (("", bursts), ("_alt", alternating)):
+        for k, ts in times.items():
+            row[f"{k}{suffix}_s"] = statistics.median(ts)
+            if k != "aclnn":
+                row[f"vs_{k}{suffix}"] = statistics.median(b / a for a, b in zip(times["aclnn"], ts))
+    row["aclnn_min_s"], row["aclnn_max_s"] = min(bursts["aclnn"]), max(bursts["aclnn"])
     row["aclnn_gbps"] = nbytes / row["aclnn_s"] / 1e9
     return row
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
@@ -36,13 +35,18 @@ def inputs(batch: int, width: int, layers: int,
     return params, x, jax.random.uniform(key_y, (batch,), minval=0.05, maxval=0.95).astype(dtype)
 
 
-def compiled_step(mode: str, batch: int, width: int, layers: int,
-                  dtype: Any = jnp.float32) -> Any:
-    """``jax.jit(jax.grad(loss))`` compiled for ``mode`` (one of :data:`MODES`)
-    and ``dtype``."""
+def compile_step(mode: str, args: Any) -> Any:
+    """``jax.jit(jax.grad(loss))`` traced, lowered and compiled for ``mode``
+    (one of :data:`MODES`) and the arguments ``args`` (see :func:`inputs`)."""
     step = jax.jit(jax.grad(lambda p, x, y: network.loss(p, x, y, plain=mode == "jnp")))
     with aclnn.reference_path() if mode == "reference" else nullcontext():
-        return step.lower(*inputs(batch, width, layers, dtype)).compile()
+        return step.lower(*args).compile()
+
+
+def compiled_step(mode: str, batch: int, width: int, layers: int,
+                  dtype: Any = jnp.float32) -> Any:
+    """:func:`compile_step` for new inputs of this shape and ``dtype``."""
+    return compile_step(mode, inputs(batch, width, layers, dtype))
 
 
 def temp_bytes(compiled: Any) -> int:
@@ -50,26 +54,41 @@ def temp_bytes(compiled: Any) -> int:
     return compiled.memory_analysis().temp_size_in_bytes
 
 
+#: Compilations of each mode whose median is the compile time.
+COMPILE_ROUNDS = 3
+
+
+def rotations(rounds: int) -> list[tuple[str, ...]]:
+    """The order of the modes in each of ``rounds`` rounds: each first in turn."""
+    return [MODES[i % len(MODES):] + MODES[:i % len(MODES)] for i in range(rounds)]
+
+
 def measure(batch: int, width: int, layers: int, repeats: int,
             dtype: Any = jnp.float32) -> dict[str, Any]:
-    """Temporary memory, compile time and step time (medians of ``repeats``
-    interleaved runs, each mode first in turn) of every mode, in ``dtype``."""
-    args = inputs(batch, width, layers, dtype)
-    steps: dict[str, Callable[[], Any]] = {}
+    """Temporary memory, compile time and step time of every mode, in ``dtype``.
+
+    Times are medians of interleaved rounds, each mode first in turn: the
+    compile time of :data:`COMPILE_ROUNDS` compilations (tracing, lowering
+    and compiling, the inputs made before), the step time of ``repeats``
+    runs after two warm-up rounds."""
+    args = jax.block_until_ready(inputs(batch, width, layers, dtype))
+    compiled: dict[str, Any] = {}
+    compile_times: dict[str, list[float]] = {m: [] for m in MODES}
+    for order in rotations(COMPILE_ROUNDS):
+        for mode in order:
+            start = time.perf_counter()
+            compiled[mode] = compile_step(mode, args)
+            compile_times[mode].append(time.perf_counter() - start)
     row: dict[str, Any] = {"batch": batch, "width": width, "layers": layers,
                            "dtype": str(jnp.dtype(dtype))}
     for mode in MODES:
-        start = time.perf_counter()
-        compiled = compiled_step(mode, batch, width, layers, dtype)
-        row[f"{mode}_compile_s"] = time.perf_counter() - start
-        row[f"{mode}_temp_bytes"] = temp_bytes(compiled)
-        steps[mode] = lambda c=compiled: jax.block_until_ready(c(*args))
+        row[f"{mode}_compile_s"] = statistics.median(compile_times[mode])
+        row[f"{mode}_temp_bytes"] = temp_bytes(compiled[mode])
     times: dict[str, list[float]] = {m: [] for m in MODES}
-    for i in range(repeats + 2):
-        order = MODES[i % len(MODES):] + MODES[:i % len(MODES)]
+    for i, order in enumerate(rotations(repeats + 2)):
         for mode in order:
             start = time.perf_counter()
-            steps[mode]()
+            jax.block_until_ready(compiled[mode](*args))
             if i >= 2:  # two warm-up rounds
                 times[mode].append(time.perf_counter() - start)
     for mode in MODES:
