@@ -274,21 +274,25 @@ def test_bench_times_each_repeat_as_the_median_call_of_a_burst(monkeypatch):
 
     def fake_timed(fn):
         calls.append(fn)
-        return float(next(clock) % 5)  # a burst of 5 calls: 0, 1, 2, 3, 4 (median 2)
+        return float(next(clock) % 5 + 1)  # a burst of 5 calls: 1, 2, 3, 4, 5 (median 3)
 
     monkeypatch.setattr(bench_cases, "timed", fake_timed)
     row = bench_cases.measure("logit_grad", 1024, np.float32,
                               argparse.Namespace(repeats=3, burst=5, bn_channels=16),
                               np.random.default_rng(0))
     warm_up = 2 * 2  # two calls of each contender (aclnn, xla)
-    assert len(calls) == warm_up + 3 * 5 * 2 + 3 * 2  # the bursts, then alternating single calls
-    # after warm-up's 4 calls, every burst is 5 consecutive counts: 0-4 in some order
-    assert row["aclnn_s"] == row["aclnn_min_s"] == row["aclnn_max_s"] == 2.0
-    assert row["xla_s"] == 2.0
-    # alternating: counts 34-39 (4, 0, 1, 2, 3, 4 mod 5), one call each in turn,
-    # each contender first in turn: aclnn 4, xla 0; xla 1, aclnn 2; aclnn 3, xla 4
-    assert row["aclnn_alt_s"] == 3.0 and row["xla_alt_s"] == 1.0
-    assert row["vs_xla_alt"] == pytest.approx(statistics.median([0 / 4, 1 / 2, 4 / 3]))
+    # the bursts, then as many single calls alternating (3 x 5 rounds of one call each)
+    assert len(calls) == warm_up + 3 * 5 * 2 + 3 * 5 * 2
+    # after warm-up's 4 calls, every burst is 5 consecutive counts: 1-5 in some order
+    assert row["aclnn_s"] == row["aclnn_min_s"] == row["aclnn_max_s"] == 3.0
+    assert row["xla_s"] == 3.0
+    # alternating: counts 34-63, one call of each in turn, each contender
+    # first in turn: round i's calls are counts 34 + 2i and 35 + 2i, aclnn
+    # first in even rounds
+    alt = [(34 + 2 * i + (i % 2), 35 + 2 * i - (i % 2)) for i in range(15)]  # (aclnn, xla)
+    assert row["aclnn_alt_s"] == statistics.median(a % 5 + 1 for a, _ in alt)
+    assert row["xla_alt_s"] == statistics.median(x % 5 + 1 for _, x in alt)
+    assert row["vs_xla_alt"] == statistics.median((x % 5 + 1) / (a % 5 + 1) for a, x in alt)
 
 
 def test_train_data_parallel_matches_one_device():

@@ -66,3 +66,27 @@ def test_train_lm_refuses_bad_options(args, message):
     out = subprocess.run([sys.executable, "-m", "jax_aclnn", "train-lm", *args],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and message in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_plain_model_is_the_same_model(dtype):
+    """bench's language-model baseline (train_lm.PLAIN: jax.numpy, jax.nn,
+    optax) computes the loss and gradients the catalogue does, so the
+    step table compares the same model; and the table's row has both
+    modes' times."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from conftest import assert_close, f64
+    from jax_aclnn.cli import llm_step, train_lm
+
+    cfg = train_lm.Config(16, 1, 4, 2, 32, 8)
+    params = jax.tree.map(lambda a: a.astype(dtype), train_lm.init(cfg, jax.random.key(0)))
+    windows = jnp.asarray(np.random.default_rng(0).integers(0, 256, (2, cfg.seq + 1)), jnp.int32)
+    grad = {m: jax.jit(jax.value_and_grad(lambda p, w, ops=ops: train_lm.loss_fn(p, w, cfg, ops)))(
+        params, windows) for m, ops in llm_step.MODES.items()}
+    for ours, plain in zip(jax.tree.leaves(grad["aclnn"]), jax.tree.leaves(grad["jnp"])):
+        assert ours.dtype == plain.dtype
+        assert_close(ours, f64(plain), jnp.dtype(dtype), scale=16.0)
+    row = llm_step.measure("tiny", cfg, 2, repeats=1, dtype=dtype)
+    assert all(row[f"{m}_s"] > 0 and row[f"{m}_compile_s"] > 0 for m in llm_step.MODES)

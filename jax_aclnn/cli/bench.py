@@ -37,8 +37,12 @@ gradient) and a chain of tiny calls, alternately with reuse on and off.
 
 Last, a training step's temporary memory (XLA's memory analysis), compile
 time and step time, through jax_aclnn against the same model in pure JAX
-(:mod:`jax_aclnn.cli.step_memory`), in each of ``--step-dtypes`` (float32
-and bfloat16: the dtypes people train in).
+(:mod:`jax_aclnn.cli.step_memory`), and the step and compile times of
+``train-lm``'s language model through :mod:`jax_aclnn.nn` against the same
+model in jax.numpy, ``jax.nn`` and optax (:mod:`jax_aclnn.cli.llm_step`),
+in each of ``--step-dtypes`` (float32 and bfloat16: the dtypes people train
+in). Compile times are tracing, lowering and compiling, medians of three
+compilations taking turns, on inputs made before.
 
 Outputs are compared first (a fast wrong answer is no result). After
 warm-up, each case is timed two ways, each in ``--repeats`` rounds that are
@@ -54,8 +58,9 @@ each goes first in turn):
 * alternating: each round times one call of each contender, as an eager
   loop or a debugging session calls operators between other work. A
   library's threads sleep while another library runs, so such a call
-  also pays for waking them. The second table gives the medians and the
-  median ratios.
+  also pays for waking them. ``--repeats`` times ``--burst`` rounds (as
+  many calls as the bursts make); the second table gives the medians and
+  the median ratios.
 """
 
 from __future__ import annotations
@@ -76,7 +81,7 @@ from tqdm import tqdm
 import jax_aclnn as aclnn
 from jax_aclnn.cli.common import (UsageError, comma_list, integer, jax_devices, one_of,
                                   print_table, progress_disabled)
-from jax_aclnn.cli import bench_cases, bn_memory, step_memory
+from jax_aclnn.cli import bench_cases, bn_memory, llm_step, step_memory
 from jax_aclnn.cli.bench_cases import case_bytes, import_torch, measure, timed
 from jax_aclnn.cli.training_state import RealisticProcess
 
@@ -221,6 +226,17 @@ def print_step_table(rows: list[dict[str, Any]]) -> None:
           f"(median of {step_memory.COMPILE_ROUNDS}, inputs made before)")
 
 
+def print_llm_table(rows: list[dict[str, Any]]) -> None:
+    print_table(
+        "language-model step jit(value_and_grad(loss)) of train-lm's model through jax_aclnn.nn vs "
+        "jax.numpy/jax.nn/optax (medians; ratios > 1: aclnn faster)",
+        ["model", "dtype", "batch x seq", "aclnn step", "vs jnp", "aclnn compile", "vs jnp"], 3,
+        [[f"{r['model']} (dim {r['dim']}, {r['layers']} layers)", r["dtype"], f"{r['batch']} x {r['seq']}",
+          f"{r['aclnn_s'] * 1e3:,.1f} ms", f"{r['jnp_s'] / r['aclnn_s']:.2f}x",
+          f"{r['aclnn_compile_s']:.2f} s", f"{r['jnp_compile_s'] / r['aclnn_compile_s']:.2f}x"]
+         for r in rows])
+
+
 def print_reuse_table(results: dict[str, dict[str, Any]]) -> None:
     print_table(
         "executor reuse (medians of paired runs; ratio > 1: reuse faster)",
@@ -269,14 +285,17 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.reuse_repeats > 0:
         reuse = reuse_overhead(args.reuse_repeats)
         print_reuse_table(reuse)
-    step = None
+    step = llm = None
     if args.step_repeats > 0:
         step = [step_memory.measure(*shape, args.step_repeats, dtype)
                 for shape in STEP_SHAPES for dtype in args.step_dtypes]
         print_step_table(step)
+        llm = [llm_step.measure(name, cfg, batch, args.step_repeats, dtype)
+               for name, cfg, batch in llm_step.SHAPES for dtype in args.step_dtypes]
+        print_llm_table(llm)
     if out is not None:
         (out / "bench.json").write_text(json.dumps(
-            {"copy_gbps": bandwidth, "fresh_copy_gbps": fresh_bandwidth, "rows": rows, "training_step": step, "executor_reuse": reuse,
+            {"copy_gbps": bandwidth, "fresh_copy_gbps": fresh_bandwidth, "rows": rows, "training_step": step, "llm_step": llm, "executor_reuse": reuse,
              "bn_reduce_memory": memory}, indent=2))
         plot(rows, bandwidth, out / "bench.png")
         print(f"wrote {out / 'bench.json'} and {out / 'bench.png'}")
@@ -358,12 +377,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma-separated dtypes (default: %(default)s)")
     p.add_argument("--modes", default=",".join(MODES), type=comma_list(one_of(MODES), f"some of {', '.join(MODES)}"),
                    help="comma-separated process states to measure in (default: %(default)s; see above)")
-    p.add_argument("--repeats", type=integer(1), default=15, help="timed rounds per case of bursts, and of alternating calls (default: %(default)s)")
+    p.add_argument("--repeats", type=integer(1), default=15, help="timed rounds of bursts per case (alternating calls: --repeats x --burst rounds) (default: %(default)s)")
     p.add_argument("--burst", type=integer(1), default=5, help="calls in a row per contender and repeat; a repeat's time is their median (default: %(default)s)")
     p.add_argument("--bn-channels", type=integer(16, 1024), default=256, help="channels of the batch-norm shapes, 16 to 1024 (default: %(default)s)")
     p.add_argument("--bn-memory-channels", type=parse_size, metavar="C", help="also measure RSS around a (16, C) batch-norm reduce, e.g. 4M (default: skipped)")
     p.add_argument("--reuse-repeats", type=integer(0), default=200, help="paired runs with executor reuse on and off; 0 skips (default: %(default)s)")
-    p.add_argument("--step-repeats", type=integer(0), default=10, help="timed runs of the training-step memory table; 0 skips (default: %(default)s)")
+    p.add_argument("--step-repeats", type=integer(0), default=10, help="timed runs of the training-step and language-model-step tables; 0 skips (default: %(default)s)")
     p.add_argument("--step-dtypes", default="float32,bfloat16", type=comma_list(one_of(DTYPES), f"some of {', '.join(DTYPES)}"),
                    help="comma-separated dtypes of the training-step table (default: %(default)s)")
     p.add_argument("--out", metavar="DIR", help="write bench.json and bench.png here")

@@ -168,7 +168,7 @@ def measure(op: str, size: int, dtype: Any, args: argparse.Namespace, rng) -> di
     # also pays for waking them (at 64K elements, a call that takes 27 us
     # in a burst took 72 us right after PyTorch's).
     bursts = paired(fns, args.repeats, lambda fn: statistics.median(timed(fn) for _ in range(args.burst)))
-    alternating = paired(fns, args.repeats, timed)
+    alternating = paired(fns, args.repeats * args.burst, timed)  # as many calls as the bursts
     row = {"op": op, "size": size, "dtype": str(jnp.dtype(dtype)), "bytes": int(nbytes)}
     for suffix, times in (("", bursts), ("_alt", alternating)):
         for k, ts in times.items():

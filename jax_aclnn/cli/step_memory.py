@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
+from functools import partial
 from contextlib import nullcontext
 from typing import Any
 
@@ -58,39 +60,50 @@ def temp_bytes(compiled: Any) -> int:
 COMPILE_ROUNDS = 3
 
 
-def rotations(rounds: int) -> list[tuple[str, ...]]:
-    """The order of the modes in each of ``rounds`` rounds: each first in turn."""
-    return [MODES[i % len(MODES):] + MODES[:i % len(MODES)] for i in range(rounds)]
+def rotations(modes: tuple[str, ...], rounds: int) -> list[tuple[str, ...]]:
+    """The order of ``modes`` in each of ``rounds`` rounds: each first in turn."""
+    return [modes[i % len(modes):] + modes[:i % len(modes)] for i in range(rounds)]
 
 
-def measure(batch: int, width: int, layers: int, repeats: int,
-            dtype: Any = jnp.float32) -> dict[str, Any]:
-    """Temporary memory, compile time and step time of every mode, in ``dtype``.
+def compare(compile_fns: dict[str, Callable[[], Any]], args: Any,
+            repeats: int) -> tuple[dict[str, Any], dict[str, float]]:
+    """Compiles and times the versions of one step: ``compile_fns`` maps
+    each mode to a function compiling its step (tracing, lowering and
+    compiling, the inputs ``args`` made before).
 
     Times are medians of interleaved rounds, each mode first in turn: the
-    compile time of :data:`COMPILE_ROUNDS` compilations (tracing, lowering
-    and compiling, the inputs made before), the step time of ``repeats``
-    runs after two warm-up rounds."""
-    args = jax.block_until_ready(inputs(batch, width, layers, dtype))
+    compile time (``<mode>_compile_s``) of :data:`COMPILE_ROUNDS`
+    compilations, the step time (``<mode>_s``) of ``repeats`` runs on
+    ``args`` after two warm-up rounds. Returns the compiled steps and the
+    times."""
+    modes = tuple(compile_fns)
     compiled: dict[str, Any] = {}
-    compile_times: dict[str, list[float]] = {m: [] for m in MODES}
-    for order in rotations(COMPILE_ROUNDS):
+    compile_times: dict[str, list[float]] = {m: [] for m in modes}
+    for order in rotations(modes, COMPILE_ROUNDS):
         for mode in order:
             start = time.perf_counter()
-            compiled[mode] = compile_step(mode, args)
+            compiled[mode] = compile_fns[mode]()
             compile_times[mode].append(time.perf_counter() - start)
-    row: dict[str, Any] = {"batch": batch, "width": width, "layers": layers,
-                           "dtype": str(jnp.dtype(dtype))}
-    for mode in MODES:
-        row[f"{mode}_compile_s"] = statistics.median(compile_times[mode])
-        row[f"{mode}_temp_bytes"] = temp_bytes(compiled[mode])
-    times: dict[str, list[float]] = {m: [] for m in MODES}
-    for i, order in enumerate(rotations(repeats + 2)):
+    times: dict[str, list[float]] = {m: [] for m in modes}
+    for i, order in enumerate(rotations(modes, repeats + 2)):
         for mode in order:
             start = time.perf_counter()
             jax.block_until_ready(compiled[mode](*args))
             if i >= 2:  # two warm-up rounds
                 times[mode].append(time.perf_counter() - start)
+    row = {f"{m}_compile_s": statistics.median(compile_times[m]) for m in modes}
+    row.update({f"{m}_s": statistics.median(times[m]) for m in modes})
+    return compiled, row
+
+
+def measure(batch: int, width: int, layers: int, repeats: int,
+            dtype: Any = jnp.float32) -> dict[str, Any]:
+    """Temporary memory, compile time and step time of every mode, in
+    ``dtype`` (times: :func:`compare`)."""
+    args = jax.block_until_ready(inputs(batch, width, layers, dtype))
+    compiled, times = compare({m: partial(compile_step, m, args) for m in MODES}, args, repeats)
+    row: dict[str, Any] = {"batch": batch, "width": width, "layers": layers,
+                           "dtype": str(jnp.dtype(dtype)), **times}
     for mode in MODES:
-        row[f"{mode}_s"] = statistics.median(times[mode])
+        row[f"{mode}_temp_bytes"] = temp_bytes(compiled[mode])
     return row

@@ -23,6 +23,7 @@ import sysconfig
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import jax
@@ -111,26 +112,58 @@ def rope_tables(cfg: Config) -> tuple[np.ndarray, np.ndarray]:
     return np.cos(angles), np.sin(angles)
 
 
-def logits(params: dict[str, Any], tokens: jax.Array, cfg: Config) -> jax.Array:
-    """``(B, T, 256)`` next-byte logits of ``(B, T)`` bytes."""
+def _rms_norm(x, weight, *, epsilon=1e-6):
+    xf = x.astype(jnp.float32)
+    rstd = jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + epsilon)
+    return (xf * rstd * weight.astype(jnp.float32)).astype(x.dtype)
+
+
+def _add_rms_norm(x1, x2, weight, *, epsilon=1e-6):
+    x = x1 + x2
+    return _rms_norm(x, weight, epsilon=epsilon), x
+
+
+def _rotary_embedding(x, cos, sin):
+    x1, x2 = jnp.split(x, 2, axis=-1)
+    return (x * cos + jnp.concatenate([-x2, x1], -1) * sin).astype(x.dtype)
+
+
+def _swiglu(x):
+    a, b = jnp.split(x, 2, axis=-1)
+    return jax.nn.silu(a) * b
+
+
+#: The model's operations as written without jax_aclnn (jax.numpy, jax.nn
+#: and optax, differentiated by JAX): the baseline of ``bench``'s LLM step.
+#: The model takes ``nn`` (jax_aclnn's) or this.
+PLAIN = SimpleNamespace(
+    rms_norm=_rms_norm, add_rms_norm=_add_rms_norm, rotary_embedding=_rotary_embedding,
+    dot_product_attention=jax.nn.dot_product_attention, swiglu=_swiglu,
+    softmax_cross_entropy_with_integer_labels=optax.softmax_cross_entropy_with_integer_labels)
+
+
+def logits(params: dict[str, Any], tokens: jax.Array, cfg: Config, ops: Any = nn) -> jax.Array:
+    """``(B, T, 256)`` next-byte logits of ``(B, T)`` bytes, through ``ops``
+    (``jax_aclnn.nn``, or :data:`PLAIN`)."""
     b, t = tokens.shape
     cos, sin = (v[:t] for v in rope_tables(cfg))
     x = params["embed"][tokens]
     for layer in params["layers"]:
-        a = nn.rms_norm(x, layer["norm1"])
+        a = ops.rms_norm(x, layer["norm1"])
         q = (a @ layer["wq"]).reshape(b, t, cfg.heads, cfg.head_dim)
         k, v = jnp.split((a @ layer["wkv"]).reshape(b, t, 2 * cfg.kv_heads, cfg.head_dim), 2, 2)
-        q, k = nn.rotary_embedding(q, cos, sin), nn.rotary_embedding(k, cos, sin)
-        attended = nn.dot_product_attention(q, k, v, is_causal=True).reshape(b, t, -1)
-        m, x = nn.add_rms_norm(x, attended @ layer["wo"], layer["norm2"])
-        x = x + nn.swiglu(m @ layer["up"]) @ layer["down"]
-    return nn.rms_norm(x, params["norm"]) @ params["embed"].T
+        q, k = ops.rotary_embedding(q, cos, sin), ops.rotary_embedding(k, cos, sin)
+        attended = ops.dot_product_attention(q, k, v, is_causal=True).reshape(b, t, -1)
+        m, x = ops.add_rms_norm(x, attended @ layer["wo"], layer["norm2"])
+        x = x + ops.swiglu(m @ layer["up"]) @ layer["down"]
+    return ops.rms_norm(x, params["norm"]) @ params["embed"].T
 
 
-def loss_fn(params: dict[str, Any], windows: jax.Array, cfg: Config) -> jax.Array:
-    """Mean next-byte cross entropy (nats) of ``(B, T + 1)`` byte windows."""
-    out = logits(params, windows[:, :-1], cfg)
-    return jnp.mean(nn.softmax_cross_entropy_with_integer_labels(out, windows[:, 1:]))
+def loss_fn(params: dict[str, Any], windows: jax.Array, cfg: Config, ops: Any = nn) -> jax.Array:
+    """Mean next-byte cross entropy (nats) of ``(B, T + 1)`` byte windows,
+    through ``ops`` (``jax_aclnn.nn``, or :data:`PLAIN`)."""
+    out = logits(params, windows[:, :-1], cfg, ops)
+    return jnp.mean(ops.softmax_cross_entropy_with_integer_labels(out, windows[:, 1:]))
 
 
 def unigram_baseline(train: np.ndarray, val: np.ndarray) -> float:
