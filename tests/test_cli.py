@@ -7,12 +7,11 @@ import io
 import os
 import re
 import subprocess
+import statistics
 import sys
 import tempfile
 
 import numpy as np
-import statistics
-
 import pytest
 
 from jax_aclnn.__main__ import main

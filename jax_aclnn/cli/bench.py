@@ -39,7 +39,8 @@ Last, a training step's temporary memory (XLA's memory analysis), compile
 time and step time, through jax_aclnn against the same model in pure JAX
 (:mod:`jax_aclnn.cli.step_memory`), and the step and compile times of
 ``train-lm``'s language model through :mod:`jax_aclnn.nn` against the same
-model in jax.numpy, ``jax.nn`` and optax (:mod:`jax_aclnn.cli.llm_step`),
+model written with the catalogue's jax.numpy references, ``jax.nn`` and
+optax (:mod:`jax_aclnn.cli.llm_step`),
 in each of ``--step-dtypes`` (float32 and bfloat16: the dtypes people train
 in). Compile times are tracing, lowering and compiling, medians of three
 compilations taking turns, on inputs made before.
@@ -384,7 +385,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reuse-repeats", type=integer(0), default=200, help="paired runs with executor reuse on and off; 0 skips (default: %(default)s)")
     p.add_argument("--step-repeats", type=integer(0), default=10, help="timed runs of the training-step and language-model-step tables; 0 skips (default: %(default)s)")
     p.add_argument("--step-dtypes", default="float32,bfloat16", type=comma_list(one_of(DTYPES), f"some of {', '.join(DTYPES)}"),
-                   help="comma-separated dtypes of the training-step table (default: %(default)s)")
+                   help="comma-separated dtypes of the training-step and language-model-step tables (default: %(default)s)")
     p.add_argument("--out", metavar="DIR", help="write bench.json and bench.png here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 

@@ -13,10 +13,9 @@ step times:
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable
-from functools import partial
 from contextlib import nullcontext
+from functools import partial
 from typing import Any
 
 import jax
@@ -24,6 +23,7 @@ import jax.numpy as jnp
 
 import jax_aclnn as aclnn
 from jax_aclnn import network
+from jax_aclnn.cli.bench_cases import paired, timed
 
 MODES = ("aclnn", "reference", "jnp")
 
@@ -60,39 +60,26 @@ def temp_bytes(compiled: Any) -> int:
 COMPILE_ROUNDS = 3
 
 
-def rotations(modes: tuple[str, ...], rounds: int) -> list[tuple[str, ...]]:
-    """The order of ``modes`` in each of ``rounds`` rounds: each first in turn."""
-    return [modes[i % len(modes):] + modes[:i % len(modes)] for i in range(rounds)]
-
-
 def compare(compile_fns: dict[str, Callable[[], Any]], args: Any,
             repeats: int) -> tuple[dict[str, Any], dict[str, float]]:
     """Compiles and times the versions of one step: ``compile_fns`` maps
     each mode to a function compiling its step (tracing, lowering and
     compiling, the inputs ``args`` made before).
 
-    Times are medians of interleaved rounds, each mode first in turn: the
-    compile time (``<mode>_compile_s``) of :data:`COMPILE_ROUNDS`
-    compilations, the step time (``<mode>_s``) of ``repeats`` runs on
-    ``args`` after two warm-up rounds. Returns the compiled steps and the
-    times."""
-    modes = tuple(compile_fns)
+    Times are medians of interleaved rounds, each mode first in turn
+    (:func:`jax_aclnn.cli.bench_cases.paired`): the compile time
+    (``<mode>_compile_s``) of :data:`COMPILE_ROUNDS` compilations, the step
+    time (``<mode>_s``) of ``repeats`` runs on ``args`` after two warm-up
+    rounds. Returns the compiled steps and the times."""
     compiled: dict[str, Any] = {}
-    compile_times: dict[str, list[float]] = {m: [] for m in modes}
-    for order in rotations(modes, COMPILE_ROUNDS):
-        for mode in order:
-            start = time.perf_counter()
-            compiled[mode] = compile_fns[mode]()
-            compile_times[mode].append(time.perf_counter() - start)
-    times: dict[str, list[float]] = {m: [] for m in modes}
-    for i, order in enumerate(rotations(modes, repeats + 2)):
-        for mode in order:
-            start = time.perf_counter()
-            jax.block_until_ready(compiled[mode](*args))
-            if i >= 2:  # two warm-up rounds
-                times[mode].append(time.perf_counter() - start)
-    row = {f"{m}_compile_s": statistics.median(compile_times[m]) for m in modes}
-    row.update({f"{m}_s": statistics.median(times[m]) for m in modes})
+
+    def compile_into(mode: str) -> None:
+        compiled[mode] = compile_fns[mode]()
+
+    compile_times = paired({m: partial(compile_into, m) for m in compile_fns}, COMPILE_ROUNDS, timed)
+    step_times = paired({m: partial(c, *args) for m, c in compiled.items()}, repeats + 2, timed)
+    row = {f"{m}_compile_s": statistics.median(ts) for m, ts in compile_times.items()}
+    row.update({f"{m}_s": statistics.median(ts[2:]) for m, ts in step_times.items()})  # two warm-up rounds
     return compiled, row
 
 

@@ -190,13 +190,14 @@ def _channel_view(x, axis):
     """Functions viewing arrays shaped like ``x`` with the channel ``axis``
     at dim 1, as aclnnBatchNormReduceBackward takes them, and back.
 
-    Nothing when ``axis`` is 1; else a reshape to ``(outer, C, inner)`` (free), unless it would merge a
-    dimension sharded by ``x``'s type (explicit sharding) with another: then
-    the channel axis moves to dim 1 (a transpose) and the dimensions keep
-    their sharding. A dimension sharded alone in its group keeps its
-    sharding through the reshape.
+    Nothing when ``axis`` is 1 (a reshape, even a free one, XLA compiles
+    into a copy for half types); else a reshape to ``(outer, C, inner)``,
+    unless it would merge a dimension sharded by ``x``'s type (explicit
+    sharding) with another: then the channel axis moves to dim 1 (a
+    transpose) and the dimensions keep their sharding. A dimension sharded
+    alone in its group keeps its sharding through the reshape.
     """
-    if axis == 1:  # already (N, C, *): no reshape, which XLA would copy for half types
+    if axis == 1:  # already (N, C, *)
         return (lambda a: a), (lambda a: a)
     sharded = _compat.sharded_dims(x)
     merges = lambda dims: len(dims) > 1 and bool(sharded & set(dims))  # noqa: E731
