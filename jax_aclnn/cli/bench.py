@@ -39,8 +39,7 @@ Last, a training step's temporary memory (XLA's memory analysis), compile
 time and step time, through jax_aclnn against the same model in pure JAX
 (:mod:`jax_aclnn.cli.step_memory`), and the step and compile times of
 ``train-lm``'s language model through :mod:`jax_aclnn.nn` against the same
-model written with the catalogue's jax.numpy references, ``jax.nn`` and
-optax (:mod:`jax_aclnn.cli.llm_step`),
+model in jax.numpy, ``jax.nn`` and optax (:mod:`jax_aclnn.cli.llm_step`),
 in each of ``--step-dtypes`` (float32 and bfloat16: the dtypes people train
 in). Compile times are tracing, lowering and compiling, medians of three
 compilations taking turns, on inputs made before.

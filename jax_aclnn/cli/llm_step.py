@@ -5,9 +5,8 @@ ways, with paired step and compile times (:func:`jax_aclnn.cli.step_memory.compa
 
 * ``aclnn``: through :mod:`jax_aclnn.nn` (CANN's fused operators where a
   provider has them, else their references, as on a CPU);
-* ``jnp``: the same model written with the catalogue's jax.numpy
-  references, ``jax.nn`` and optax (:data:`jax_aclnn.cli.train_lm.PLAIN`),
-  differentiated by JAX.
+* ``jnp``: the same model written with jax.numpy, ``jax.nn`` and optax
+  (:data:`jax_aclnn.cli.train_lm.PLAIN`), differentiated by JAX.
 """
 
 from __future__ import annotations

@@ -36,7 +36,6 @@ from tqdm import tqdm
 
 import jax_aclnn as aclnn
 from jax_aclnn import nn
-from jax_aclnn.nn import _norm, _rope, _swiglu
 from jax_aclnn import optax as aclnn_optax
 from jax_aclnn.cli.common import MAX_SEED, UsageError, integer, positive_float, progress_disabled
 from jax_aclnn.cli.train import BATCH_AXIS, data_parallel_mesh
@@ -113,18 +112,33 @@ def rope_tables(cfg: Config) -> tuple[np.ndarray, np.ndarray]:
     return np.cos(angles), np.sin(angles)
 
 
-#: The model's operations as written without jax_aclnn, differentiated by
-#: JAX: the catalogue's own jax.numpy references (each operator's formula in
-#: CANN's dtypes), ``jax.nn.dot_product_attention`` and optax's cross
-#: entropy. The baseline of ``bench``'s language-model step; the model takes
-#: ``nn`` (jax_aclnn's) or this.
+def _rms_norm(x, weight, *, epsilon=1e-6):
+    xf = x.astype(jnp.float32)
+    rstd = jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + epsilon)
+    return (xf * rstd * weight.astype(jnp.float32)).astype(x.dtype)
+
+
+def _add_rms_norm(x1, x2, weight, *, epsilon=1e-6):
+    x = x1 + x2
+    return _rms_norm(x, weight, epsilon=epsilon), x
+
+
+def _rotary_embedding(x, cos, sin):
+    x1, x2 = jnp.split(x, 2, axis=-1)
+    return (x * cos + jnp.concatenate([-x2, x1], -1) * sin).astype(x.dtype)
+
+
+def _swiglu(x):
+    a, b = jnp.split(x, 2, axis=-1)
+    return jax.nn.silu(a) * b
+
+
+#: The model's operations as written without jax_aclnn (jax.numpy, jax.nn
+#: and optax, differentiated by JAX): the baseline of ``bench``'s LLM step.
+#: The model takes ``nn`` (jax_aclnn's) or this.
 PLAIN = SimpleNamespace(
-    rms_norm=lambda x, weight: _norm._rms_norm_reference(x, weight, epsilon=1e-6)[0],
-    add_rms_norm=lambda x1, x2, weight: _norm._add_rms_norm_reference(
-        x1, x2, weight, epsilon=1e-6)[::2],  # (y, x1 + x2)
-    rotary_embedding=lambda x, cos, sin: _rope._rope_reference(x, cos, sin, mode=_rope.MODES["half"]),
-    dot_product_attention=jax.nn.dot_product_attention,
-    swiglu=lambda x: _swiglu._swiglu_reference(x, dim=-1),
+    rms_norm=_rms_norm, add_rms_norm=_add_rms_norm, rotary_embedding=_rotary_embedding,
+    dot_product_attention=jax.nn.dot_product_attention, swiglu=_swiglu,
     softmax_cross_entropy_with_integer_labels=optax.softmax_cross_entropy_with_integer_labels)
 
 
