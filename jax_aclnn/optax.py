@@ -15,6 +15,7 @@ with ``step = state_steps[i].sub(1)``), in CANN's order.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -22,6 +23,7 @@ import jax.export  # register_namedtuple_serialization (jax 0.7 does not import 
 import jax.numpy as jnp
 import optax as _optax
 
+from jax_aclnn._checks import SUPPORTED_DTYPES
 from jax_aclnn._declare import declare
 
 _F32 = jnp.float32
@@ -55,7 +57,13 @@ APPLY_ADAMW = declare(
 
 class AdamWState(NamedTuple):
     """The state of :func:`adamw`: ``count`` the updates done (int32), ``mu``
-    and ``nu`` the first and second moments (the parameters' structure)."""
+    and ``nu`` the first and second moments (the parameters' structure;
+    ``mu`` in ``mu_dtype``, float32 without it, ``nu`` float32).
+
+    One state for the whole transformation, where ``optax.adamw``'s is the
+    tuple of its chain (``ScaleByAdamState``, the weight decay's and the
+    learning rate's, empty or masked).
+    """
 
     count: jax.Array
     mu: Any
@@ -67,68 +75,171 @@ jax.export.register_namedtuple_serialization(AdamWState,
                                              serialized_name="jax_aclnn.optax.AdamWState")
 
 
-def adamw(learning_rate: float | _optax.Schedule, b1: float = 0.9, b2: float = 0.999,
-          eps: float = 1e-8, weight_decay: float = 1e-4) -> _optax.GradientTransformation:
+def _known(value: Any) -> float | None:
+    """``value`` as a Python float where it is known when traced (a number,
+    a concrete array), None where it is traced."""
+    try:
+        return float(value)
+    except jax.errors.ConcretizationTypeError:
+        return None
+
+
+def _increment(count: jax.Array) -> jax.Array:
+    """``count + 1``, staying at int32's maximum (optax's ``safe_increment``)."""
+    return jnp.where(count < jnp.iinfo(jnp.int32).max, count + 1, count)
+
+
+def _kernel_direction(g, m, v, count, b1: float, b2: float, eps: float):
+    """``-m_hat / (sqrt(v_hat) + eps)`` and the new moments by one
+    aclnnApplyAdamWV2 call, all four tensors float32: its varRef a fresh
+    zero buffer, ``lr`` 1, ``weightDecay`` 0, ``step`` the updates done
+    before (the kernel adds 1)."""
+    shape = g.shape
+    # CANN takes ranks 1 to 8; the update is element-wise
+    flat = (lambda a: a) if 1 <= len(shape) <= 8 else (lambda a: a.reshape(-1))  # noqa: E731
+    direction, m, v, _ = APPLY_ADAMW(
+        jnp.zeros(flat(g).shape, _F32), flat(m), flat(v), None, flat(g),
+        count.astype(_F32).reshape(1), lr=1.0, beta1=b1, beta2=b2, weightDecay=0.0, eps=eps,
+        amsgrad=False, maximize=False)
+    return direction.reshape(shape), m.reshape(shape), v.reshape(shape)
+
+
+def _reference_direction(g, m, v, count, b1, b2, eps, eps_root, nesterov: bool):
+    """:func:`_kernel_direction` by optax's ``scale_by_adam`` formulas (any
+    hyperparameter traced, ``eps_root``, Nesterov's momentum)."""
+    t = _increment(count)
+    m = (1 - b1) * g + b1 * m
+    v = (1 - b2) * g * g + b2 * v
+    corrected = lambda x, decay, t: x / (1 - decay ** t).astype(x.dtype)  # noqa: E731
+    m_hat = corrected(m, b1, t)
+    if nesterov:
+        m_hat = b1 * corrected(m, b1, _increment(t)) + (1 - b1) * corrected(g, b1, t)
+    return -m_hat / (jnp.sqrt(corrected(v, b2, t) + eps_root) + eps), m, v
+
+
+def _float_dtype(name: str, dtype: Any) -> jnp.dtype:
+    dtype = jnp.dtype(dtype)
+    if dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"jax_aclnn.optax.adamw: {name} must be float32, float16 or bfloat16 "
+                        f"(aclnnApplyAdamWV2's dtypes), got {dtype}")
+    return dtype
+
+
+def adamw(learning_rate: float | jax.Array | _optax.Schedule, b1: float | jax.Array = 0.9,
+          b2: float | jax.Array = 0.999, eps: float | jax.Array = 1e-8,
+          eps_root: float | jax.Array = 0.0, mu_dtype: Any | None = None,
+          weight_decay: float | jax.Array | _optax.Schedule = 1e-4,
+          mask: Any | Callable[[Any], Any] | None = None, *,
+          nesterov: bool = False) -> _optax.GradientTransformation:
     """AdamW on aclnnApplyAdamWV2, one call per parameter.
 
-    The contract of ``optax.adamw`` (its first arguments, same defaults and
-    numbers within float32 rounding), each parameter's moments and update
-    direction computed by one aclnnApplyAdamWV2 call (CANN's fused kernel;
-    its pure-JAX reference where no provider has it).
+    ``optax.adamw``'s contract: its whole signature in its order, its
+    defaults, its numbers within float32 rounding. ``update(grads, state,
+    params)`` returns ``-learning_rate * (m_hat / (sqrt(v_hat + eps_root) +
+    eps) + weight_decay * params)``, ``m_hat`` and ``v_hat`` bias-corrected
+    at ``t = count + 1`` (Nesterov's ``m_hat`` with ``nesterov``), the
+    weight decay only where ``mask`` is True.
 
-    ``update(grads, state, params)`` returns ``-learning_rate * (m_hat /
-    (sqrt(v_hat) + eps) + weight_decay * params)`` with ``m_hat``, ``v_hat``
-    bias-corrected at ``t = count + 1``: the kernel updates ``m`` and ``v``
-    in place (XLA's ``input_output_aliases``: donate the state to the
-    jitted step and no copy of it is made) and writes the direction into a
-    fresh buffer (its ``varRef`` at zero, ``lr`` 1, ``weightDecay`` 0), so
-    that the parameters are never copied and ``learning_rate`` may be a
-    schedule; the decay and the learning rate are applied where
-    ``optax.apply_updates`` adds the updates (XLA fuses them).
+    What computes the moments and the direction ``m_hat / (sqrt(v_hat +
+    eps_root) + eps)`` (one choice for all the parameters, when traced):
+
+    - aclnnApplyAdamWV2 (CANN's fused kernel; its pure-JAX reference where
+      no provider has it) where ``b1``, ``b2`` and ``eps`` are known when
+      traced (numbers, or arrays that are not traced), ``eps_root`` is
+      known and 0 and ``nesterov`` is False. ``learning_rate``,
+      ``weight_decay``, ``mask`` and ``mu_dtype`` never matter: they are
+      applied outside the kernel.
+    - optax's formulas in JAX otherwise: the kernel has no ``eps_root`` and
+      no Nesterov term, and takes ``beta1``, ``beta2`` and ``eps`` as float
+      attributes, which a traced value cannot be. Under
+      ``optax.inject_hyperparams`` inside ``jit`` every numeric
+      hyperparameter is traced; ``optax.inject_hyperparams(adamw,
+      static_args=("b1", "b2", "eps", "eps_root"))`` keeps those four
+      numbers, and the kernel, with the learning rate and the weight decay
+      injected. CANN's aclnnApplyAdamW (ops-nn
+      ``optim/apply_adam_w/docs/aclnnApplyAdamW.md``) takes ``lr``,
+      ``beta1``, ``beta2``, ``eps`` and ``weightDecay`` as tensors; it is not
+      called (no provider of it on a CPU to check it against).
+
+    The kernel updates ``m`` and ``v`` in place (XLA's
+    ``input_output_aliases``: donate the state to the jitted step and no copy
+    of it is made) and writes the direction into a fresh buffer (its
+    ``varRef`` at zero, ``lr`` 1, ``weightDecay`` 0), so that the parameters
+    are never copied and ``learning_rate`` may be a schedule or traced; the
+    decay and the learning rate are applied where ``optax.apply_updates``
+    adds the updates (XLA fuses them). It runs in float32:
+    aclnnApplyAdamWV2 takes one dtype for varRef, mRef, vRef and grad (the
+    constraints of ops-nn ``optim/apply_adam_w_v2/docs/aclnnApplyAdamWV2.md``),
+    so the gradient is converted to float32, as ``mu`` is when ``mu_dtype``
+    is another dtype (and back).
 
     Args:
       learning_rate: a float, or an ``optax`` schedule of the update count.
       b1, b2: the moments' decay rates (CANN's ``beta1``, ``beta2``).
       eps: added to the denominator, outside the square root.
-      weight_decay: the decoupled weight decay (CANN's ``weightDecay``).
+      eps_root: added to ``v_hat``, inside the square root.
+      mu_dtype: the first moment's dtype (float32 where None: optax keeps
+        the parameters' dtype, where float16 underflows ``eps=1e-8``); the
+        second moment is float32.
+      weight_decay: the decoupled weight decay (CANN's ``weightDecay``), a
+        float or a schedule of the update count.
+      mask: a pytree of booleans with the structure of the parameters (or a
+        prefix of it), or a function of the parameters returning one: the
+        weight decay is applied where it is True (optax's
+        ``add_decayed_weights(weight_decay, mask)``).
+      nesterov: Nesterov's momentum (optax's NAdamW).
 
     Returns:
       An ``optax.GradientTransformation``; its state is :class:`AdamWState`.
 
     Raises:
-      TypeError: (in ``update``) ``params`` is not given, or a parameter is
-        not floating.
+      TypeError: ``mu_dtype``, or (in ``init``, ``update``) a parameter's
+        dtype, is not float32, float16 or bfloat16 (aclnnApplyAdamWV2's
+        dtypes); ``update`` is given no ``params``.
     """
+    mu_dtype = _F32 if mu_dtype is None else _float_dtype("mu_dtype", mu_dtype)
 
     def init(params: Any) -> AdamWState:
-        zeros = lambda p: jnp.zeros(jnp.shape(p), _F32)  # noqa: E731
-        return AdamWState(jnp.zeros((), jnp.int32), jax.tree.map(zeros, params),
-                          jax.tree.map(zeros, params))
+        def zeros(dtype):
+            def like(p):
+                _float_dtype("a parameter", jnp.result_type(p))
+                return jnp.zeros(jnp.shape(p), dtype)
+            return jax.tree.map(like, params)
+
+        return AdamWState(jnp.zeros((), jnp.int32), zeros(mu_dtype), zeros(_F32))
 
     def update(grads: Any, state: AdamWState, params: Any = None) -> tuple[Any, AdamWState]:
         if params is None:
             raise TypeError("jax_aclnn.optax.adamw: update needs params (weight decay)")
-        lr = learning_rate(state.count) if callable(learning_rate) else learning_rate
-        step = state.count.astype(_F32).reshape(1)
+        at_count = lambda h: h(state.count) if callable(h) else h  # noqa: E731
+        lr, decay = at_count(learning_rate), at_count(weight_decay)
+        known = [_known(h) for h in (b1, b2, eps)]
+        on_kernel = None not in known and _known(eps_root) == 0 and not nesterov
+        decayed = mask(params) if callable(mask) else mask
+        if isinstance(weight_decay, (int, float)) and weight_decay == 0:
+            decayed = False  # as optax, which then adds nothing
+        # the mask (a prefix of the parameters' structure) to every parameter
+        decayed = jax.tree.map(lambda d, p: jax.tree.map(lambda _: d, p),
+                               True if decayed is None else decayed, params)
 
-        def one(g, m, v, p):
-            if not jnp.issubdtype(jnp.asarray(p).dtype, jnp.floating):
-                raise TypeError(f"jax_aclnn.optax.adamw: parameters must be floating, got "
-                                f"{jnp.asarray(p).dtype}")
-            shape = jnp.shape(p)
-            flat = lambda a: jnp.reshape(a, shape or (1,))  # noqa: E731  (CANN: rank 1 to 8)
-            direction, m, v, _ = APPLY_ADAMW(
-                jnp.zeros(shape or (1,), _F32), flat(m), flat(v), None, flat(g), step,
-                lr=1.0, beta1=b1, beta2=b2, weightDecay=0.0, eps=eps, amsgrad=False,
-                maximize=False)
-            u = lr * (direction.reshape(shape) - weight_decay * jnp.asarray(p, _F32))
-            return u.astype(jnp.asarray(p).dtype), m.reshape(shape), v.reshape(shape)
+        def one(g, m, v, p, decays):
+            p = jnp.asarray(p)
+            _float_dtype("a parameter", p.dtype)
+            g = jnp.asarray(g, _F32)
+            if on_kernel:
+                direction, m_new, v = _kernel_direction(g, m.astype(_F32), v, state.count, *known)
+            else:
+                direction, m_new, v = _reference_direction(g, m.astype(_F32), v, state.count, b1,
+                                                           b2, eps, eps_root, nesterov)
+            if decays:
+                direction = direction - decay * p.astype(_F32)
+            return (lr * direction).astype(p.dtype), m_new.astype(m.dtype), v
 
-        out = jax.tree.map(one, grads, state.mu, state.nu, params)
+        out = jax.tree.map(one, grads, state.mu, state.nu, params, decayed)
         tree = jax.tree.structure(grads)
         triples = tree.flatten_up_to(out)
         updates, mu, nu = (tree.unflatten([t[i] for t in triples]) for i in range(3))
-        return updates, AdamWState(state.count + 1, mu, nu)
+        return updates, AdamWState(_increment(state.count), mu, nu)
 
     return _optax.GradientTransformation(init, update)
 
