@@ -2,6 +2,8 @@
 
 User errors (a missing file, a bad column, a bad option value, a missing
 package of the ``cli`` extra) end with one line on stderr and exit status 2;
+a training run whose loss becomes NaN or infinite with one line and exit
+status 1; Ctrl-C with one line (``interrupted``) and exit status 130.
 ``--debug`` or ``JAX_ACLNN_DEBUG=1`` shows the traceback too.
 """
 
@@ -21,35 +23,28 @@ from jax_aclnn.cli.common import (
     require_cli_packages,
 )
 
+#: The exit status of a command ended by Ctrl-C (SIGINT): 128 + 2, as a shell gives.
+INTERRUPTED = 130
+
 
 def build_parser() -> argparse.ArgumentParser:
     from jax_aclnn.cli import bench, info, train, train_lm
 
     parser = Parser(prog=PROG, description="Ascend CANN aclnn backward operators as differentiable JAX operations.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{train,train-lm,bench,info}")
-
-    p = sub.add_parser("train", help="train a model whose jax.grad runs every aclnn operator",
-                       description=train.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    train.add_arguments(p)
-    p.set_defaults(run=train.run)
-
-    p = sub.add_parser("train-lm", help="train a byte-level language model on CANN's fused LLM operators",
-                       description=train_lm.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    train_lm.add_arguments(p)
-    p.set_defaults(run=train_lm.run)
-
-    p = sub.add_parser("bench", help="measure the operators against XLA, PyTorch and memory bandwidth",
-                       description=bench.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    bench.add_arguments(p)
-    p.set_defaults(run=bench.run)
-
-    p = sub.add_parser("info", help="show JAX, platforms, providers and the build",
-                       description=info.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.set_defaults(run=info.run)
-
-    for p in sub.choices.values():
+    commands = {
+        "train": (train, "train a model whose jax.grad runs every aclnn operator"),
+        "train-lm": (train_lm, "train a byte-level language model on CANN's fused LLM operators"),
+        "bench": (bench, "measure the operators against XLA, PyTorch and memory bandwidth"),
+        "info": (info, "show JAX, platforms, providers and the build"),
+    }
+    for name, (command, summary) in commands.items():
+        p = sub.add_parser(name, help=summary, description=command.__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        if hasattr(command, "add_arguments"):
+            command.add_arguments(p)
         add_debug_argument(p)
-        p.set_defaults(parser=p)  # reports the command's unrecognized arguments
+        p.set_defaults(run=command.run, parser=p)  # parser: reports the command's unrecognized arguments
     return parser
 
 
@@ -68,7 +63,12 @@ def main(argv: list[str] | None = None) -> int:
         if debugging(argv):
             traceback.print_exc()
         print(f"{e.prog or prog}: error: {e}", file=sys.stderr)
-        return 2
+        return e.status
+    except KeyboardInterrupt:  # Ctrl-C: one line, as a user error, not a traceback
+        if debugging(argv):
+            traceback.print_exc()
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return INTERRUPTED
     return 0
 
 

@@ -142,7 +142,12 @@ def runtime_stats() -> dict[str, Any]:
       A dict with ``calls``, ``live_tensors``, ``live_executors`` and
       ``provider``, ``{"calls": {aclnn operator: {"get_workspace_size": int,
       "execute": int}}, "live_tensors": int, "live_executors": int,
-      "provider": str}``. ``calls`` count since import or :func:`reset_runtime_stats`;
+      "provider": str}``. ``calls`` counts the calls the FFI handlers have
+      completed since import or :func:`reset_runtime_stats`: JAX runs a program
+      asynchronously, so one still running is counted in part (a value read
+      from one device of a multi-device step does not wait for the other
+      devices' calls); wait for all of its outputs
+      (``jax.block_until_ready``) before reading the counts.
       ``live_tensors`` (aclTensor and aclScalar descriptors created and not
       yet destroyed) and ``live_executors`` (executors created and not yet
       consumed or destroyed) are live counts, never reset. Call-site

@@ -61,9 +61,14 @@ def test_train_loss_falls_and_reports_the_provider(tmp_path):
     png = tmp_path / "loss.png"
     out = run("train", "--epochs", "3", "--ensemble", "2", "--quiet", "--plot", str(png))
     assert "(fell)" in out and "aclnn provider: host" in out
-    for op in ("SmoothL1LossBackward", "LogitGrad", "HardshrinkBackward", "SwishBackward",
-               "BatchNormReduceBackward"):
-        assert f"aclnn{op}" in out
+    # Regression (issue 44): the summary listed the catalogue's operators the
+    # job never calls, with "0 executions", the longest name past the column.
+    counts = re.findall(r"^    (aclnn\w+) +(\d+) executions$", out, re.M)
+    assert {op for op, _ in counts} == {
+        f"aclnn{op}" for op in ("SmoothL1LossBackward", "LogitGrad", "HardshrinkBackward",
+                                "SwishBackward", "BatchNormReduceBackward")}, out
+    assert all(int(n) > 0 for _, n in counts), out
+    assert len({line.index(" executions") for line in out.splitlines() if line.endswith(" executions")}) == 1
     assert png.stat().st_size > 1000
 
 

@@ -172,16 +172,16 @@ def test_batch_larger_than_the_training_rows(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["train", "--epochs", "-1"], "argument --epochs: must be an integer >= 1, got '-1'"),
-    (["train", "--epochs", "many"], "argument --epochs: must be an integer >= 1, got 'many'"),
+    (["train", "--epochs", "-1"], f"argument --epochs: must be an integer from 1 to {2**31 - 1}, got '-1'"),
+    (["train", "--epochs", "many"], f"argument --epochs: must be an integer from 1 to {2**31 - 1}, got 'many'"),
     (["train", "--batch-size", "0"], "argument --batch-size: must be an integer >= 2, got '0'"),
     # Regression (issue 28): batch norm of one example trained nothing (zero
     # gradients) for the whole run, which ended with exit status 0.
     (["train", "--batch-size", "1", "--epochs", "1", "--ensemble", "1"],
      "argument --batch-size: must be an integer >= 2, got '1': batch norm of one example gives "
      "the same output whatever the input, so nothing would train"),
-    (["train", "--ensemble", "0"], "argument --ensemble: must be an integer >= 1"),
-    (["train", "--devices", "0"], "argument --devices: must be an integer >= 1"),
+    (["train", "--ensemble", "0"], "argument --ensemble: must be an integer from 1 to 1024"),
+    (["train", "--devices", "0"], "argument --devices: must be an integer from 1 to 1024"),
     (["train", "--lr", "0"], "argument --lr: must be a number > 0, got '0'"),
     (["train", "--lr", "nan"], "argument --lr: must be a number > 0, got 'nan'"),
     (["train", "--seed", "-1"], f"argument --seed: must be an integer from 0 to {2**63 - 1}, got '-1'"),
@@ -201,6 +201,21 @@ def test_batch_larger_than_the_training_rows(capsys, tmp_path):
     (["bench", "--reuse-repeats", "-1"], "argument --reuse-repeats: must be an integer >= 0"),
     (["bench", "--bn-channels", "4"], "argument --bn-channels: must be an integer from 16 to 1024, got '4'"),
     (["info", "--verbose"], "unrecognized arguments: --verbose"),
+    # Regression (issue 44): each ended in a traceback, an out-of-memory
+    # error, or a hang (the windows were gathered one by one), or --devices
+    # asked JAX for 100,000 host devices, which takes it minutes.
+    (["train", "--epochs", "1" + "0" * 29], f"argument --epochs: must be an integer from 1 to {2**31 - 1}"),
+    (["train-lm", "--steps", "1" + "0" * 29],
+     f"argument --steps: must be an integer from 1 to {2**31 - 1}, got '1{'0' * 29}'"),
+    (["train-lm", "--devices", "100000"], "argument --devices: must be an integer from 1 to 1024, got '100000'"),
+    (["train-lm", "--hidden", "1000000000"],
+     "error: a run of --dim 64, --layers 2, --heads 4, --hidden 1000000000, --seq 64, --batch-size 16, "
+     "--eval-windows 256 needs about "),
+    (["train-lm", "--dim", "100000"], "error: a run of --dim 100000, --layers 2, --heads 4, --hidden 128, "
+     "--seq 64, --batch-size 16, --eval-windows 256 needs about "),
+    (["train-lm", "--batch-size", "1000000000"], "--batch-size 1000000000, --eval-windows 256 needs about "),
+    (["train-lm", "--eval-windows", "1000000000"], "--eval-windows 1000000000 needs about "),
+    (["train-lm", "--export-npu", ""], "--export-npu needs a file name, e.g. --export-npu step.bin"),
 ])
 def test_bad_option_values(capsys, argv, message):
     jax.devices()  # JAX's CPU backend started with conftest's 8 devices (--devices 64 asks for more)
@@ -362,11 +377,13 @@ def test_text_after_a_closing_quote(capsys, tmp_path):
 
 
 def test_a_diverging_run_does_not_end_well():
+    """One line and exit status 1 (the options were valid; the run failed)."""
     # float16 weights of 1e30 overflow (batch norm keeps float32 ones bounded)
-    line = shell_error("-m", "jax_aclnn", "train", "--lr", "1e30", "--epochs", "2", "--ensemble", "1",
-                       "--dtype", "float16")
-    assert line.startswith(f"{PROG} train: error: training diverged: train loss nan")
-    assert line.endswith("in epoch 1; lower --lr (now 1e+30) or use --dtype float32")
+    out = shell("-m", "jax_aclnn", "train", "--lr", "1e30", "--epochs", "2", "--ensemble", "1",
+                "--dtype", "float16", "--quiet")
+    assert out.returncode == 1 and len(out.stderr.splitlines()) == 1, out.stderr
+    assert out.stderr.startswith(f"{PROG} train: error: training diverged: train loss nan")
+    assert out.stderr.endswith("in epoch 1; lower --lr (now 1e+30) or use --dtype float32\n")
 
 
 def test_extreme_csv_values_train_as_their_scaled_copy(tmp_path):

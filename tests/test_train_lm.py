@@ -4,7 +4,10 @@ unigram baseline, data parallelism, sampling, the exported step."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import tracemalloc
 
 import jax
 import pytest
@@ -14,6 +17,13 @@ from test_cli import run
 import jax_aclnn as aclnn  # noqa: F401  (registers the targets the exported step calls)
 from jax_aclnn import nn  # noqa: F401  (declares the catalogue's operators)
 from jax_aclnn import optax  # noqa: F401  (registers its state for deserialization)
+from jax_aclnn.__main__ import build_parser, main
+from jax_aclnn.cli import train_lm
+
+PROG = "python -m jax_aclnn train-lm"
+#: The smallest model and batches: a run in this process that compiles quickly.
+TINY = ["--dim", "8", "--heads", "2", "--kv-heads", "1", "--hidden", "8", "--seq", "8",
+        "--layers", "1", "--batch-size", "2", "--eval-windows", "2", "--quiet"]
 
 
 def first_loss(out: str) -> str:
@@ -90,3 +100,64 @@ def test_the_plain_model_is_the_same_model(dtype):
         assert_close(ours, f64(plain), jnp.dtype(dtype), scale=16.0)
     row = llm_step.measure("tiny", cfg, 2, repeats=1, dtype=dtype)
     assert all(row[f"{m}_s"] > 0 and row[f"{m}_compile_s"] > 0 for m in llm_step.MODES)
+
+
+# --- regressions of issue 44: each failed with a traceback, a hang, or in silence -------------
+
+
+def test_a_diverging_run_stops_with_one_line(capsys):
+    """A learning rate of 1e30 trained to NaN losses and ended with exit status 0."""
+    status = main(["train-lm", *TINY, "--steps", "3", "--log-every", "1", "--lr", "1e30"])
+    err = capsys.readouterr().err
+    assert status == 1, err
+    assert err == f"{PROG}: error: training diverged: train loss nan at step 3; lower --lr (now 1e+30)\n"
+
+
+def test_a_prompt_is_the_bytes_the_shell_passed():
+    """A prompt that is not UTF-8 (Python decodes argv with surrogateescape)
+    ended in UnicodeEncodeError after training: the byte-level model takes
+    the bytes the shell passed."""
+    raw = b"\xff\xfedef "
+    assert build_parser().parse_args(["train-lm", "--prompt", os.fsdecode(raw)]).prompt == raw
+    assert build_parser().parse_args(["train-lm"]).prompt == b"def "
+
+
+def test_the_export_path_is_checked_before_training(capsys, tmp_path):
+    """A path that cannot be written failed after the whole run, in a traceback."""
+    path = tmp_path / "missing" / "step.bin"
+    status = main(["train-lm", *TINY, "--steps", "1", "--export-npu", str(path)])
+    out = capsys.readouterr()
+    assert status == 2 and out.out == "", out.out  # nothing trained
+    assert out.err == (f"{PROG}: error: --export-npu {path}: no folder {path.parent}; "
+                       "create it or pick another path\n")
+
+
+def test_ctrl_c_ends_with_one_line(capsys, monkeypatch):
+    """Ctrl-C printed a KeyboardInterrupt traceback of 21 to 57 lines."""
+    def interrupted(path):
+        signal.raise_signal(signal.SIGINT)  # as the terminal sends it
+
+    monkeypatch.setattr(train_lm, "read_text", interrupted)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's, even if inherited as ignored
+    try:
+        status = main(["train-lm", *TINY])
+    except KeyboardInterrupt:  # not to pytest, which would end the session
+        pytest.fail("KeyboardInterrupt escaped main()")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert status == 130 and capsys.readouterr().err == f"{PROG}: interrupted\n"
+
+
+def test_only_the_text_used_is_read(tmp_path, monkeypatch):
+    """--data read a whole file to use its first 4 MiB (1.2 GB resident for a 1 GB file)."""
+    monkeypatch.setattr(train_lm, "MAX_TEXT", 1 << 16)
+    content = b"the quick brown fox\n" * (1 << 18)  # 5 MiB
+    (tmp_path / "big.txt").write_bytes(content)
+    tracemalloc.start()
+    try:
+        text, _ = train_lm.read_text(str(tmp_path))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert text.tobytes() == content[: 1 << 16]
+    assert peak < 1 << 20, peak  # a fraction of the file

@@ -81,7 +81,7 @@ from tqdm import tqdm
 import jax_aclnn as aclnn
 from jax_aclnn.cli.common import (UsageError, comma_list, integer, jax_devices, one_of,
                                   print_table, progress_disabled)
-from jax_aclnn.cli import bench_cases, bn_memory, llm_step, step_memory
+from jax_aclnn.cli import bench_cases, bn_memory, common, llm_step, step_memory
 from jax_aclnn.cli.bench_cases import case_bytes, import_torch, measure, timed
 from jax_aclnn.cli.training_state import RealisticProcess
 
@@ -104,29 +104,14 @@ def parse_size(text: str) -> int:
     return size
 
 
-def available_memory() -> int:
-    """Bytes a new allocation can have: Linux's ``MemAvailable``, else the
-    physical memory."""
-    try:
-        with open("/proc/meminfo") as f:
-            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
-    except (OSError, StopIteration, ValueError):
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
 def check_memory(args: argparse.Namespace) -> None:
     """Refuses ``--sizes`` and ``--bn-memory-channels`` that cannot fit in
     the available memory, before anything is measured."""
-    available = available_memory()
-    gib = lambda n: f"{n / 2**30:,.1f} GiB"  # noqa: E731
     need, size = max((case_bytes(op, size), size) for op in args.ops for size in args.sizes)
-    if need > available:
-        raise UsageError(f"--sizes: a case of {size:,} elements needs about {gib(need)} of memory, "
-                         f"{gib(available)} available; choose smaller sizes")
-    need = bn_memory.BYTES_PER_CHANNEL * (args.bn_memory_channels or 0)
-    if need > available:
-        raise UsageError(f"--bn-memory-channels {args.bn_memory_channels:,} needs about {gib(need)} "
-                         f"of memory, {gib(available)} available; choose fewer channels")
+    common.check_memory(need, f"--sizes: a case of {size:,} elements", "choose smaller sizes")
+    if args.bn_memory_channels:
+        common.check_memory(bn_memory.BYTES_PER_CHANNEL * args.bn_memory_channels,
+                            f"--bn-memory-channels {args.bn_memory_channels:,}", "choose fewer channels")
 
 
 def copy_bandwidth(repeats: int, fresh: bool = False) -> float:

@@ -1,11 +1,13 @@
 """Shared machinery of the command line (``python -m jax_aclnn``): the
 error a user can fix, the check for the ``cli`` extra, argument types
-that refuse bad option values while parsing, and the environment and
-errors of ``bench``'s measuring child processes.
+that refuse bad option values while parsing, the checks of an output
+file and of the memory a run needs, and the environment and errors of
+``bench``'s measuring child processes.
 
 A :class:`UsageError` raised anywhere in a command (or by argparse) ends
-the command with one line on stderr and exit status 2; ``--debug`` or
-``JAX_ACLNN_DEBUG=1`` prints its traceback first.
+the command with one line on stderr and exit status 2, a
+:class:`Diverged` training run with one line and exit status 1;
+``--debug`` or ``JAX_ACLNN_DEBUG=1`` prints its traceback first.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ PROG = "python -m jax_aclnn"
 DEBUG_ENV = "JAX_ACLNN_DEBUG"
 #: The largest seed: JAX's keys and NumPy's generators take a signed 64-bit integer.
 MAX_SEED = 2**63 - 1
+#: The most training steps (or epochs): optax's optimizers count their updates in int32.
+MAX_STEPS = 2**31 - 1
+#: The most data-parallel devices: JAX takes over a minute to make 100,000 host devices.
+MAX_DEVICES = 1024
 
 #: What the commands import beyond the library, by import name: the name
 #: pip knows it by. ``pip install "jax_aclnn[cli]"`` installs them all.
@@ -43,9 +49,29 @@ class UsageError(Exception):
     command it concerns (``None``: the command being run).
     """
 
+    #: The command's exit status.
+    status = 2
+
     def __init__(self, message: str, prog: str | None = None):
         super().__init__(message)
         self.prog = prog
+
+
+class Diverged(UsageError):
+    """A training run whose loss became NaN or infinite: the options were
+    valid, the run failed (exit status 1); the message suggests a smaller
+    ``--lr``."""
+
+    status = 1
+
+
+def check_converging(losses: dict[str, float], when: str, lr: float, fix: str = "") -> None:
+    """Raises :class:`Diverged` if one of ``losses`` (name: value) is NaN or
+    infinite; ``when`` says where in the run (``"at step 50"``), ``fix`` is
+    told after lowering ``--lr`` (now ``lr``)."""
+    if not all(math.isfinite(v) for v in losses.values()):
+        found = ", ".join(f"{name} {value}" for name, value in losses.items())
+        raise Diverged(f"training diverged: {found} {when}; lower --lr (now {lr:g}){fix}")
 
 
 class Parser(argparse.ArgumentParser):
@@ -103,6 +129,49 @@ def jax_devices() -> list[Any]:
             f"no {' or '.join(platforms.split(','))} device on this machine; set JAX_PLATFORMS "
             "to a platform it has (e.g. cpu), or unset it")
         raise UsageError(f"JAX_PLATFORMS={platforms}: {detail}") from None
+
+
+def available_memory() -> int:
+    """Bytes a new allocation can have: Linux's ``MemAvailable``, else the
+    physical memory."""
+    try:
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_memory(need: int, what: str, fix: str) -> None:
+    """Raises :class:`UsageError` if ``need`` bytes (for ``what``, which
+    starts the message) are more than :func:`available_memory`; ``fix``
+    ends the message."""
+    available = available_memory()
+    if need > available:
+        gib = lambda n: f"{n / 2**30:,.1f} GiB"  # noqa: E731
+        raise UsageError(f"{what} needs about {gib(need)} of memory, {gib(available)} available; {fix}")
+
+
+def check_output_file(option: str, path: str, example: str) -> None:
+    """Refuses an ``option`` path a command would write only at its end:
+    empty, a folder, in a missing folder, or not writable (tried by opening
+    it for appending, and removing it again if it was not there).
+    ``example`` is a file name to suggest."""
+    if not path.strip():
+        raise UsageError(f"{option} needs a file name, e.g. {option} {example}")
+    file = Path(path)
+    if file.is_dir():
+        raise UsageError(f"{option} {path} is a folder; give a file name, e.g. {file / example}")
+    folder = file.resolve().parent
+    if not folder.is_dir():
+        raise UsageError(f"{option} {path}: no folder {folder}; create it or pick another path")
+    existed = file.exists()
+    try:
+        with open(file, "ab"):
+            pass
+    except OSError as e:
+        raise UsageError(f"{option} {path}: cannot write there ({e.strerror}); pick another path") from None
+    if not existed:
+        file.unlink()
 
 
 def progress_disabled(quiet: bool) -> bool | None:
@@ -180,6 +249,14 @@ def child_error(returncode: int, stderr: str) -> str:
     lines = stderr.strip().splitlines() or [
         f"killed by signal {-returncode}" if returncode < 0 else f"exit status {returncode}"]
     return lines[-1]
+
+
+def print_counts(counts: dict[str, int], unit: str = "") -> None:
+    """One indented line per name and its count (then ``unit``), the names
+    in a column as wide as the longest."""
+    width = max(map(len, counts), default=0)
+    for name, count in counts.items():
+        print(f"    {name:{width}s} {count:6d}{unit}")
 
 
 def print_table(title: str, columns: list[str], text_columns: int, rows: list[list[str]],

@@ -18,7 +18,6 @@ and is evaluated in one vmapped call at the end.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from dataclasses import dataclass, field
@@ -35,7 +34,19 @@ from tqdm import tqdm
 
 import jax_aclnn as aclnn
 from jax_aclnn import network
-from jax_aclnn.cli.common import MAX_SEED, UsageError, integer, jax_devices, positive_float, progress_disabled
+from jax_aclnn.cli.common import (
+    MAX_DEVICES,
+    MAX_SEED,
+    MAX_STEPS,
+    UsageError,
+    check_converging,
+    check_output_file,
+    integer,
+    jax_devices,
+    positive_float,
+    print_counts,
+    progress_disabled,
+)
 from jax_aclnn.cli.csv_data import MAX_CATEGORIES, read_regression_csv
 
 HIDDEN = 64
@@ -45,6 +56,8 @@ BLOCKS = 2
 TARGET_RANGE = (0.05, 0.95)
 #: Fewest complete rows a data set needs (8 to train on, 2 to validate).
 MIN_ROWS = 10
+#: The most ensemble members: models of their own, trained and evaluated at once.
+MAX_ENSEMBLE = 1024
 #: Fewest examples in a (global) training batch. Batch norm of one example
 #: subtracts it from itself: its output is the layer's shift whatever the
 #: input, so every weight before it gets a zero gradient (with the shift at
@@ -199,31 +212,16 @@ def check_options(args: argparse.Namespace) -> None:
 
 
 def check_plot_path(path: str) -> None:
-    """Refuses a ``--plot`` path that cannot take the image: empty, a folder,
-    in a missing folder, not an image type, or not writable (tried by
-    opening it for appending, and removing it again if it was not there)."""
-    if not path.strip():
-        raise UsageError("--plot needs a file name, e.g. --plot loss.png")
-    plot = Path(path)
-    if plot.is_dir():
-        raise UsageError(f"--plot {path} is a folder; give a file name, e.g. {plot / 'loss.png'}")
-    folder = plot.resolve().parent
-    if not folder.is_dir():
-        raise UsageError(f"--plot {path}: no folder {folder}; create it or pick another path")
+    """Refuses a ``--plot`` path that cannot take the image: not a file it
+    can write (:func:`~jax_aclnn.cli.common.check_output_file`), or not an
+    image type."""
+    check_output_file("--plot", path, "loss.png")
     from matplotlib.figure import Figure
 
     formats = Figure().canvas.get_supported_filetypes()
-    if plot.suffix.lower().lstrip(".") not in formats:
+    if Path(path).suffix.lower().lstrip(".") not in formats:
         raise UsageError(f"--plot {path}: not an image type matplotlib writes; "
                          "end the name with .png (or .pdf, .svg)")
-    existed = plot.exists()
-    try:
-        with open(plot, "ab"):
-            pass
-    except OSError as e:
-        raise UsageError(f"--plot {path}: cannot write there ({e.strerror}); pick another path") from None
-    if not existed:
-        plot.unlink()
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -269,11 +267,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 losses.append(loss)
             train_loss = float(jnp.mean(jnp.stack(losses)))
             val_loss = float(evaluate(params, data.x_val, data.y_val)[0].mean())
-            if not (math.isfinite(train_loss) and math.isfinite(val_loss)):
-                raise UsageError(
-                    f"training diverged: train loss {train_loss}, validation loss {val_loss} in "
-                    f"epoch {epoch}; lower --lr (now {args.lr:g})"
-                    + ("" if args.dtype == "float32" else " or use --dtype float32"))
+            check_converging({"train loss": train_loss, "validation loss": val_loss},
+                             f"in epoch {epoch}", args.lr,
+                             "" if args.dtype == "float32" else " or use --dtype float32")
             history.append((train_loss, val_loss))
             bar.set_postfix(train=f"{train_loss:.4f}", val=f"{val_loss:.4f}")
             tqdm.write(f"epoch {epoch:3d}  train loss {train_loss:.4f}  validation loss {val_loss:.4f}")
@@ -291,7 +287,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "ensemble_validation_mae": ensemble_mae,
         "seconds": elapsed,
         "provider": stats["provider"],
-        "executes": {k: v["execute"] for k, v in stats["calls"].items()},
+        "executes": {k: v["execute"] for k, v in stats["calls"].items() if v["execute"]},
     }
     print("\nSummary")
     print(f"  validation loss: {initial_val:.4f} before training -> {history[-1][1]:.4f} after "
@@ -301,8 +297,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
           + ", ".join(f"{v:.4f}" for v in summary["member_validation_losses"])
           + f"; ensemble-mean prediction MAE {ensemble_mae:.4f} (target scaled to {TARGET_RANGE})")
     print(f"  aclnn provider: {stats['provider']}; {elapsed:.1f} s of training")
-    for name, count in summary["executes"].items():
-        print(f"    {name:30s} {count:6d} executions")
+    print_counts(summary["executes"], " executions")
     if args.plot:
         plot_history(history, args.plot)
         print(f"  loss curve: {args.plot}")
@@ -332,11 +327,11 @@ def plot_history(history: list[tuple[float, float]], path: str) -> None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", metavar="FILE.csv", help=f"train on this comma-separated file instead of the diabetes data: a header row naming the columns; rows with missing values are dropped, text columns one-hot encoded (at most {MAX_CATEGORIES} values) or left out, all reported")
     p.add_argument("--target", metavar="COLUMN", help="the numeric CSV column to predict (with --data)")
-    p.add_argument("--epochs", type=integer(1), default=30, help="training epochs (default: %(default)s)")
+    p.add_argument("--epochs", type=integer(1, MAX_STEPS), default=30, help="training epochs (default: %(default)s)")
     p.add_argument("--batch-size", type=integer(MIN_BATCH, why="batch norm of one example gives the same output whatever the input, so nothing would train"), default=32, help=f"examples per step, at least {MIN_BATCH} (batch norm) (default: %(default)s)")
-    p.add_argument("--devices", type=integer(1), default=1, help="data-parallel devices (on the CPU: host devices) sharing each global batch (default: %(default)s)")
+    p.add_argument("--devices", type=integer(1, MAX_DEVICES), default=1, help="data-parallel devices (on the CPU: host devices) sharing each global batch (default: %(default)s)")
     p.add_argument("--lr", type=positive_float, default=3e-3, help="Adam learning rate (default: %(default)s)")
-    p.add_argument("--ensemble", type=integer(1), default=4, help="models trained from different seeds in one vmapped step (default: %(default)s)")
+    p.add_argument("--ensemble", type=integer(1, MAX_ENSEMBLE), default=4, help="models trained from different seeds in one vmapped step (default: %(default)s)")
     p.add_argument("--seed", type=integer(0, MAX_SEED), default=0, help="random seed (default: %(default)s)")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32", help="compute dtype (default: %(default)s)")
     p.add_argument("--plot", metavar="FILE.png", help="write the loss curve to this PNG")

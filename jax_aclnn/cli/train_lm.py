@@ -13,14 +13,21 @@ The held-out split is evaluated by one ``jax.vmap``'d call; ``--devices N``
 trains data parallel (host devices on the CPU); the summary lists the
 aclnn operators each step calls on an NPU and how often, and
 ``--export-npu FILE`` writes the step exported for ``["cpu", "npu"]``.
+
+Sizes that need more memory than the machine has available are refused
+before anything starts, as is an ``--export-npu`` file that cannot be
+written; a loss that becomes NaN or infinite stops the run (exit status 1)
+with the advice to lower ``--lr``.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import sysconfig
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -37,11 +44,24 @@ from tqdm import tqdm
 import jax_aclnn as aclnn
 from jax_aclnn import nn
 from jax_aclnn import optax as aclnn_optax
-from jax_aclnn.cli.common import MAX_SEED, UsageError, integer, positive_float, progress_disabled
+from jax_aclnn.cli.common import (
+    MAX_DEVICES,
+    MAX_SEED,
+    MAX_STEPS,
+    UsageError,
+    check_converging,
+    check_memory,
+    check_output_file,
+    integer,
+    positive_float,
+    print_counts,
+    progress_disabled,
+)
 from jax_aclnn.cli.train import BATCH_AXIS, data_parallel_mesh
 
 VOCAB = 256  # bytes
-#: Text read at most (bytes): enough for the default run, quick to load.
+#: Text read at most (bytes, 4 MiB): enough for the default run, quick to
+#: load; only that much of ``--data`` is read.
 MAX_TEXT = 4 << 20
 
 
@@ -62,7 +82,9 @@ class Config:
 def read_text(path: str | None) -> tuple[np.ndarray, str]:
     """The bytes to train on and where they came from: ``path`` (a file, or
     every file below a directory that holds no NUL byte), else the standard
-    library's ``.py`` files; at most :data:`MAX_TEXT` bytes."""
+    library's ``.py`` files; at most :data:`MAX_TEXT` bytes, and no more is
+    read (the first bytes of a large file, the first files of a large tree)."""
+    files: Iterable[Path]
     if path is None:
         root = Path(sysconfig.get_paths()["stdlib"])
         files, name = sorted(root.glob("*.py")), f"the Python standard library ({root})"
@@ -70,22 +92,34 @@ def read_text(path: str | None) -> tuple[np.ndarray, str]:
         root = Path(path)
         if not root.exists():
             raise UsageError(f"--data {path}: no such file or directory")
-        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
-        name = str(root)
+        files, name = files_below(root), str(root)
     chunks, total = [], 0
     for f in files:
         try:
-            data = f.read_bytes()
+            with open(f, "rb") as opened:
+                data = opened.read(MAX_TEXT - total)
         except OSError:
             continue
         if b"\0" in data:
             continue  # not text
-        chunks.append(data[: MAX_TEXT - total])
-        total += len(chunks[-1])
+        chunks.append(data)
+        total += len(data)
         if total >= MAX_TEXT:
             break
     text = np.frombuffer(b"\n".join(chunks), np.uint8)
     return text, name
+
+
+def files_below(root: Path) -> Iterator[Path]:
+    """``root`` if it is a file, else the regular files below it, folder by
+    folder in sorted order, listed as they are reached (a large tree is not
+    listed whole)."""
+    if root.is_file():
+        yield root
+        return
+    for folder, subfolders, names in os.walk(root):
+        subfolders.sort()
+        yield from (f for f in map(Path(folder).joinpath, sorted(names)) if f.is_file())
 
 
 def init(cfg: Config, key: jax.Array) -> dict[str, Any]:
@@ -174,7 +208,28 @@ def unigram_baseline(train: np.ndarray, val: np.ndarray) -> float:
 
 
 def windows(text: np.ndarray, starts: np.ndarray, seq: int) -> np.ndarray:
-    return np.stack([text[s : s + seq + 1] for s in starts]).astype(np.int32)
+    """The ``(len(starts), seq + 1)`` windows of ``text`` at ``starts``, int32."""
+    return text[starts[:, None] + np.arange(seq + 1)].astype(np.int32)
+
+
+def memory_needed(cfg: Config, batch: int, eval_windows: int) -> int:
+    """About the bytes (float32) a run needs: the parameters with their
+    gradients, AdamW's moments and the update (six copies); a training
+    step's activations (the attention probabilities of every layer, the
+    logits, the layers' inputs and hidden units, kept for the backward); the
+    held-out evaluation (all windows in one vmapped call: the logits, the
+    hidden units and one layer's attention at a time). From 0.9 to 2.2
+    times what XLA's memory analysis gives, on the sizes measured (the
+    defaults, a wider and deeper model, a longer context, a larger hidden
+    size, a wider single layer)."""
+    kv = cfg.kv_heads * cfg.head_dim
+    params = (VOCAB * cfg.dim + cfg.dim
+              + cfg.layers * (2 * cfg.dim + 2 * cfg.dim * (cfg.dim + kv) + 3 * cfg.dim * cfg.hidden))
+    attention = cfg.heads * cfg.seq * cfg.seq
+    step = batch * (cfg.seq * (4 * VOCAB + cfg.layers * (8 * cfg.dim + 4 * cfg.hidden))
+                    + 2 * cfg.layers * attention)
+    evaluation = eval_windows * (cfg.seq * (VOCAB + 4 * cfg.dim + 3 * cfg.hidden) + 2 * attention)
+    return 4 * (6 * params + step + evaluation)
 
 
 def sample(params: dict[str, Any], cfg: Config, prompt: bytes, length: int,
@@ -205,11 +260,25 @@ def aclnn_calls_per_step(lowered_text: str) -> dict[str, int]:
     return counts
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    cfg = Config(args.dim, args.layers, args.heads, args.kv_heads, args.hidden, args.seq)
+def check_options(args: argparse.Namespace, cfg: Config) -> None:
+    """Refuses, before anything starts, a model the heads do not split, a
+    run that needs more memory than is available (:func:`memory_needed`)
+    and an ``--export-npu`` file that could be written only after training."""
     if args.dim % args.heads or args.heads % args.kv_heads or cfg.head_dim % 2:
         raise UsageError(f"--dim {args.dim} must split into --heads {args.heads} of an even size, "
                          f"and --heads into --kv-heads {args.kv_heads} groups")
+    sizes = {"--dim": cfg.dim, "--layers": cfg.layers, "--heads": cfg.heads, "--hidden": cfg.hidden,
+             "--seq": cfg.seq, "--batch-size": args.batch_size, "--eval-windows": args.eval_windows}
+    check_memory(memory_needed(cfg, args.batch_size, args.eval_windows),
+                 "a run of " + ", ".join(f"{option} {n}" for option, n in sizes.items()),
+                 "choose smaller values")
+    if args.export_npu is not None:
+        check_output_file("--export-npu", args.export_npu, "step.bin")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    cfg = Config(args.dim, args.layers, args.heads, args.kv_heads, args.hidden, args.seq)
+    check_options(args, cfg)
     mesh = data_parallel_mesh(args.devices, args.batch_size)  # before anything starts JAX
     text, source = read_text(args.data)
     if len(text) < 20 * (args.seq + 1):
@@ -254,18 +323,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if first is None:
                 first = float(loss)
             if i % args.log_every == 0 or i == args.steps:
+                value = float(loss)
+                check_converging({"train loss": value}, f"at step {i}", args.lr)
                 tokens_per_s = i * args.batch_size * args.seq / (time.perf_counter() - start)
-                bar.set_postfix(loss=f"{float(loss):.3f}", tok_s=f"{tokens_per_s:,.0f}")
-                tqdm.write(f"step {i:5d}  train loss {float(loss):.3f}  {tokens_per_s:,.0f} tokens/s")
+                bar.set_postfix(loss=f"{value:.3f}", tok_s=f"{tokens_per_s:,.0f}")
+                tqdm.write(f"step {i:5d}  train loss {value:.3f}  {tokens_per_s:,.0f} tokens/s")
     elapsed = time.perf_counter() - start
     final = float(evaluate(params, val_windows).mean())  # one vmapped call
+    check_converging({"validation loss": final}, f"after step {args.steps}", args.lr)
 
     # donation is per platform, which a program for several platforms cannot have
     exported = jax.export.export(jax.jit(step), platforms=["cpu", "npu"],
                                  disabled_checks=aclnn.export_disabled_checks())(
         params, opt_state, jax.device_put(batch, sharded))
     per_step = aclnn_calls_per_step(exported.mlir_module())
-    if args.export_npu:
+    if args.export_npu is not None:
         Path(args.export_npu).write_bytes(exported.serialize())
 
     print("\nSummary")
@@ -277,23 +349,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
           f"{args.steps * args.batch_size * args.seq / elapsed:,.0f} tokens/s; "
           f"aclnn provider on this machine: {aclnn.runtime_stats()['provider']}")
     print("  aclnn operators each step calls on an NPU:")
-    for op, n in sorted(per_step.items()):
-        print(f"    {op:36s} {n:3d}")
-    if args.export_npu:
+    print_counts(dict(sorted(per_step.items())))
+    if args.export_npu is not None:
         print(f"  the step exported for cpu and npu: {args.export_npu}")
     if args.sample:
-        prompt = args.prompt.encode()
-        text_out = sample(params, cfg, prompt, args.sample, jax.random.key(args.seed + 1),
+        text_out = sample(params, cfg, args.prompt, args.sample, jax.random.key(args.seed + 1),
                           args.temperature)
-        print("\nSample:\n" + (prompt + text_out).decode("utf-8", errors="replace"))
+        print("\nSample:\n" + (args.prompt + text_out).decode("utf-8", errors="replace"))
     return {"initial_validation_loss": initial, "validation_loss": final,
             "unigram_baseline": baseline, "first_loss": first, "seconds": elapsed,
             "aclnn_calls_per_step": per_step}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", metavar="FILE_OR_DIR", help="train on this text file, or every file below this directory (default: the Python standard library's sources)")
-    p.add_argument("--steps", type=integer(1), default=600, help="training steps (default: %(default)s)")
+    p.add_argument("--data", metavar="FILE_OR_DIR", help=f"train on this text file, or the files below this directory; only the first {MAX_TEXT >> 20} MiB of text is read (default: the Python standard library's sources)")
+    p.add_argument("--steps", type=integer(1, MAX_STEPS), default=600, help="training steps (default: %(default)s)")
     p.add_argument("--batch-size", type=integer(1), default=16, help="windows per step, split over --devices (default: %(default)s)")
     p.add_argument("--seq", type=integer(8, 2048), default=64, help="context length in bytes (default: %(default)s)")
     p.add_argument("--dim", type=integer(8), default=64, help="model width (default: %(default)s)")
@@ -302,12 +372,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-heads", type=integer(1), default=2, help="key/value heads, grouped-query attention (default: %(default)s)")
     p.add_argument("--hidden", type=integer(1), default=128, help="SwiGLU hidden size (default: %(default)s)")
     p.add_argument("--lr", type=positive_float, default=3e-3, help="AdamW peak learning rate, cosine decay (default: %(default)s)")
-    p.add_argument("--devices", type=integer(1), default=1, help="data-parallel devices (on the CPU: host devices) (default: %(default)s)")
+    p.add_argument("--devices", type=integer(1, MAX_DEVICES), default=1, help="data-parallel devices (on the CPU: host devices) (default: %(default)s)")
     p.add_argument("--eval-windows", type=integer(1), default=256, help="held-out windows, evaluated by one vmapped call (default: %(default)s)")
     p.add_argument("--seed", type=integer(0, MAX_SEED), default=0, help="random seed (default: %(default)s)")
     p.add_argument("--sample", type=integer(0), default=0, metavar="N", help="print N bytes generated after training (default: none)")
-    p.add_argument("--prompt", default="def ", help="the text generation starts from (default: %(default)r)")
+    p.add_argument("--prompt", type=os.fsencode, default="def ", help="the text generation starts from, as bytes (any, as the shell passes them) (default: %(default)r)")
     p.add_argument("--temperature", type=positive_float, default=0.8, help="sampling temperature (default: %(default)s)")
     p.add_argument("--export-npu", metavar="FILE", help="write the training step exported for cpu and npu (jax.export, serialized)")
-    p.add_argument("--log-every", type=integer(1), default=50, help="steps between progress lines (default: %(default)s)")
+    p.add_argument("--log-every", type=integer(1), default=50, help="steps between progress lines, each checking that the loss is finite (default: %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

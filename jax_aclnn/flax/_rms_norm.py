@@ -1,5 +1,5 @@
 """What the linen and nnx RMSNorm layers share: when CANN's fused RMSNorm
-serves a layer's call, and the call."""
+serves a layer's call, the call, and its docstring."""
 
 from __future__ import annotations
 
@@ -9,6 +9,19 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_aclnn.nn import rms_norm
+
+
+#: The docstring of both layers' ``__call__``.
+CALL_DOC = """Normalizes ``x`` over its last axis; returns an array of its shape.
+
+        Args:
+          x: the input, ``(..., features)``.
+          mask: Flax's mask of the elements the statistics count (Flax's
+            code runs when it is given).
+
+        Returns:
+          The normalized ``x`` in Flax's result dtype.
+        """
 
 
 def fused(x: Any, reduction_axes: Any, feature_axes: Any, axis_name: Any, mask: Any,

@@ -133,19 +133,11 @@ class RMSNorm(nn.RMSNorm):
 
     @module.compact
     def __call__(self, x, *, mask: jax.Array | None = None):
-        """Normalizes ``x`` over its last axis; returns an array of its shape.
-
-        Args:
-          x: the input, ``(..., features)``.
-          mask: Flax's mask of the elements the statistics count (Flax's
-            code runs when it is given).
-
-        Returns:
-          The normalized ``x`` in Flax's result dtype.
-        """
         if not _rms.fused(x, self.reduction_axes, self.feature_axes, self.axis_name, mask,
                           self.use_scale):
             return nn.RMSNorm.__call__.__wrapped__(self, x, mask=mask)
         scale = self.param("scale", self.scale_init, (x.shape[-1],), self.param_dtype)
         return _rms.call(x, scale, self.epsilon,
                          dtypes.canonicalize_dtype(x, scale, dtype=self.dtype))
+
+    __call__.__doc__ = _rms.CALL_DOC

@@ -112,16 +112,6 @@ class RMSNorm(nnx.RMSNorm):
     """
 
     def __call__(self, x, mask: jax.Array | None = None):
-        """Normalizes ``x`` over its last axis; returns an array of its shape.
-
-        Args:
-          x: the input, ``(..., num_features)``.
-          mask: Flax's mask of the elements the statistics count (Flax's
-            code runs when it is given).
-
-        Returns:
-          The normalized ``x`` in Flax's result dtype.
-        """
         if not _rms.fused(x, self.reduction_axes, self.feature_axes, self.axis_name, mask,
                           self.use_scale):
             return super().__call__(x, mask)
@@ -130,3 +120,5 @@ class RMSNorm(nnx.RMSNorm):
         x, scale = promote((x, self.scale[...]), dtype=self.dtype)
         return _rms.call(x, scale, self.epsilon, _dtypes.canonicalize_dtype(x, scale,
                                                                             dtype=self.dtype))
+
+    __call__.__doc__ = _rms.CALL_DOC
