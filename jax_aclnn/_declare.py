@@ -5,15 +5,20 @@ structure, a ``vjp=`` attached as a custom VJP)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import hashlib
 import inspect
+import math
 import os
 import re
+import types
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jax_aclnn import _arguments, _compat, _dims, _prototype
 from jax_aclnn._declared import (DeclaredOperator, output_groups, placeholder,
@@ -30,7 +35,7 @@ def _snake_case(aclnn_name: str) -> str:
 def declare(prototype: str, reference: Callable[..., Any], *, outputs: Iterable[str] = (),
             name: str | None = None, library: str | os.PathLike[str] | None = None,
             elementwise: bool = False, vjp: Callable[..., Any] | None = None,
-            dims: str | None = None, replicated: Iterable[str] = (),
+            dims: str | None = None, replicated: Iterable[str] | None = (),
             local_sizes: Mapping[str, str] | None = None) -> Callable[..., Any]:
     """An aclnn operator from its CANN prototype, as a JAX function.
 
@@ -71,14 +76,17 @@ def declare(prototype: str, reference: Callable[..., Any], *, outputs: Iterable[
     prototype order, the inputs, ``->``, then the outputs (an absent
     optional input keeps its group; a tensor list's group applies to each of
     its tensors); a group is a space-separated list of factor names, one per
-    dimension; ``...`` stands for any number of leading dimensions (the same
-    in every group that uses it); ``1`` is a size-1 dimension never sharded.
+    dimension (a name once per group); ``...`` stands for any number of
+    leading dimensions (the same in every group that uses it); ``1`` is a
+    size-1 dimension never sharded.
     aclnnRmsNorm: ``dims="... h, h -> ... h, ... 1", replicated=("h",)``.
     A factor an output has is partitioned (each shard runs the operator on
     its block); an output that lacks a factor an input has is a sum over it
     (summed across the shards where that factor is sharded); a factor in
     ``replicated`` is never partitioned (the operands are gathered along it
     first). A factor whose size the mesh axes do not divide is left whole.
+    The reference's output shapes are checked against the rule when first
+    traced, for the operands and for each block of them a shard can get.
 
     Transformations: ``jit``; ``grad``/``jvp`` through the reference's
     derivative, or ``vjp`` when given (its cotangents get their inputs'
@@ -104,8 +112,12 @@ def declare(prototype: str, reference: Callable[..., Any], *, outputs: Iterable[
       name: the operator's name (its custom-call target is
         ``aclnn_<name>``, ``reference_path`` takes it); default the aclnn
         name in snake case (``softplus_backward``). Declaring a name again
-        with the same prototype, reference code and options (a notebook
-        cell run again) returns the same operator.
+        (a notebook cell run again) with the same prototype and options and
+        equal functions returns the same operator, which runs the new
+        reference: equal functions have the same code and equal values in
+        their closures, defaults and the globals their code names (arrays
+        compared element by element, objects without a value ``==`` as the
+        same object).
       library: the absolute path of a library exporting the operator's two
         phases. A library that exports none of the aclnn descriptor
         functions (``aclCreateTensor``, ...) uses the platform's provider's;
@@ -120,7 +132,7 @@ def declare(prototype: str, reference: Callable[..., Any], *, outputs: Iterable[
         structure), e.g. a declared backward operator's call.
       dims: the dimension rule (see above), or None.
       replicated: factors of ``dims`` never partitioned (a normalized,
-        split or rotated dimension); a str is one name.
+        split or rotated dimension); a str is one name, None none.
       local_sizes: ``{attribute: factor}``: integer attributes that the
         call sets to the factor's size in its operands, the local block's
         under sharding (FlashAttentionScore's ``headNum``, the number of
@@ -131,12 +143,16 @@ def declare(prototype: str, reference: Callable[..., Any], *, outputs: Iterable[
 
     Raises:
       ValueError: the prototype or ``dims`` does not parse (naming the
-        token), ``dims`` does not match the prototype or the operands, the
-        reference's parameters are not the prototype's (its inputs
-        positionally, the others by name, nothing else), ``name`` is taken
-        by another declaration, or (when first traced) the reference's
-        outputs are not the prototype's, a value lies beyond its C type's
-        range, or a call passes more arguments than the handler takes.
+        token; a factor twice in one group), ``dims`` does not match the
+        prototype or the operands, ``local_sizes`` names no factor (``...``
+        or ``1`` included), the reference's parameters are not the
+        prototype's (its inputs positionally, the others by name, nothing
+        else), ``name`` is taken by another declaration (naming what
+        differs), or (when first traced) the reference's outputs are not
+        the prototype's, their shapes do not follow ``dims`` for the
+        operands or for a shard's block of them (naming the output and the
+        factors), a value lies beyond its C type's range, or a call passes
+        more arguments than the handler takes.
       TypeError: ``reference`` or ``vjp`` is not callable; (when called) an
         argument is not of its parameter's kind, is traced, or is not a
         parameter of the prototype.
@@ -157,18 +173,20 @@ def declare(prototype: str, reference: Callable[..., Any], *, outputs: Iterable[
     signature = inspect.signature(reference)
     _check_signature(proto, signature)
     rule, local_sizes = _rule(proto, name, dims, replicated, local_sizes, elementwise)
-    declaration = (proto, _function_key(reference), lib, bool(elementwise), _function_key(vjp),
-                   rule, tuple(sorted(local_sizes.items())))
-    existing = OPERATORS.get(name)
-    if existing is None:
+    declaration = {"prototype": proto, "reference": _value_key(reference), "library": lib,
+                   "elementwise": bool(elementwise), "vjp": _value_key(vjp), "dims": rule,
+                   "local_sizes": tuple(sorted(local_sizes.items()))}
+    op = OPERATORS.get(name)
+    if op is None:
         op = DeclaredOperator(proto, reference, name=name, library=lib, elementwise=elementwise,
                               rule=rule, local_sizes=local_sizes)
-        op.declaration = declaration
-    elif getattr(existing, "declaration", None) == declaration:  # a re-run cell: the same
-        op = existing  # (its reference computes what the new one does)
+    elif isinstance(op, DeclaredOperator):  # a re-run cell: the same operator, if equal
+        _check_same(name, op.declaration, declaration)
+        op.user_reference = reference  # (computing what the old one does)
     else:
-        raise ValueError(f"declare: an operator named {name!r} exists already (declared "
-                         f"differently); pass name=")
+        raise ValueError(f"declare: an operator named {name!r} exists already (a built-in "
+                         f"operator); pass name=")
+    op.declaration = declaration
     inputs_named = _input_parameters(proto, signature)
 
     def apply(*args: Any, **kwargs: Any) -> Any:
@@ -226,6 +244,16 @@ def declare(prototype: str, reference: Callable[..., Any], *, outputs: Iterable[
     return apply
 
 
+def _check_same(name: str, previous: dict[str, Any], declaration: dict[str, Any]) -> None:
+    """ValueError unless ``name``'s ``previous`` declaration is ``declaration``."""
+    differ = [k for k, v in declaration.items() if v != previous[k]]
+    if differ:
+        why = (" (its code, or a value it closes over or reads as a global, differs)"
+               if {"reference", "vjp"} & set(differ) else "")
+        raise ValueError(f"declare: an operator named {name!r} exists already, declared with "
+                         f"another {', '.join(differ)}{why}; pass name= to declare a second one")
+
+
 def _typed_like(ct: Any, x: Any) -> Any:
     """A cotangent with its primal's type: summed over the manual axes it
     varies over and the primal does not (the transpose of the implicit
@@ -240,10 +268,12 @@ def _typed_like(ct: Any, x: Any) -> Any:
     return _compat.reshard_like(ct, jax.typeof(x))
 
 
-def _rule(proto: _prototype.Prototype, name: str, dims: str | None, replicated: Iterable[str],
-          local_sizes: Mapping[str, str] | None, elementwise: bool):
+def _rule(proto: _prototype.Prototype, name: str, dims: str | None,
+          replicated: Iterable[str] | None, local_sizes: Mapping[str, str] | None,
+          elementwise: bool):
     """The parsed ``dims`` rule (or None) and the checked ``local_sizes``."""
     local_sizes = dict(local_sizes or {})
+    replicated = replicated or ()
     if dims is None:
         if tuple(replicated) or local_sizes:
             raise ValueError(f"declare({name}): replicated= and local_sizes= go with dims=")
@@ -258,24 +288,99 @@ def _rule(proto: _prototype.Prototype, name: str, dims: str | None, replicated: 
         if kinds.get(attribute) not in ("int8", "int32", "int64"):
             raise ValueError(f"declare({name}): local_sizes names {attribute!r}, which is not "
                              f"an integer parameter of the prototype")
+        if factor in (_dims.ELLIPSIS, "1"):
+            raise ValueError(f"declare({name}): local_sizes binds {attribute!r} to {factor!r}, "
+                             f"which is not a factor ('...' and '1' are dimensions of no one "
+                             f"size): name a factor of {dims!r}")
         if not any(factor in g for g in rule.inputs):
             raise ValueError(f"declare({name}): local_sizes binds {attribute!r} to factor "
                              f"{factor!r}, which no input's group of {dims!r} has")
     return rule, local_sizes
 
 
-def _function_key(f: Any) -> Any:
-    """What makes two declarations' functions the same: a function's code,
-    defaults and the values it closes over, compared by their repr (a
-    notebook cell run again defines an equal one); else the object itself."""
-    code = getattr(f, "__code__", None)
-    if code is None:
-        return f
-    cells = tuple(repr(c.cell_contents) if c.cell_contents is not None else None
-                  for c in (f.__closure__ or ()))
-    return (getattr(f, "__module__", None), getattr(f, "__qualname__", None), code,
-            repr(getattr(f, "__defaults__", None)), repr(getattr(f, "__kwdefaults__", None)),
-            cells)
+def _value_key(value: Any, module: str | None = None,
+               enclosing: frozenset[int] = frozenset()) -> Any:
+    """What makes two declarations' functions the same (a notebook cell run
+    again defines equal ones), compared with ``==``.
+
+    A function: its module, name, code, defaults, the values its closure
+    holds and the values of the globals its code names (a table at a
+    notebook's top level), each compared as below; a function of another
+    module than the one holding it (``module``: a library's, fixed once
+    imported) only as the same object. A ``functools.partial``: its
+    function and arguments. Tuples, lists, dicts and dataclasses: entry by
+    entry. NumPy and JAX arrays: by :func:`_contents` (their values, never
+    their printout, which elides large arrays). Other hashable values whose
+    type defines ``==``: by it. Anything else (and an array whose values
+    cannot be read here): only as the same object, whose state the
+    reference reads when it is traced. ``enclosing`` holds the ids of the
+    values that hold ``value`` (one that holds itself is marked, not
+    entered again)."""
+    if id(value) in enclosing:
+        return ("enclosing",)
+    if isinstance(value, types.FunctionType) and module in (None, value.__module__):
+        key = functools.partial(_value_key, module=value.__module__,
+                                enclosing=enclosing | {id(value)})
+        names = sorted(n for n in _global_names(value.__code__) if n in value.__globals__)
+        return ("function", value.__module__, value.__qualname__, value.__code__,
+                key(value.__defaults__), key(value.__kwdefaults__),
+                tuple(key(c.cell_contents) for c in value.__closure__ or ()),
+                tuple((n, key(value.__globals__[n])) for n in names))
+    key = functools.partial(_value_key, module=module, enclosing=enclosing | {id(value)})
+    if isinstance(value, functools.partial):
+        return ("partial", key(value.func), key(value.args), key(value.keywords))
+    if isinstance(value, (np.ndarray, np.generic, jax.Array)):
+        return _contents(value) or _Same(value)
+    if isinstance(value, (tuple, list)):
+        return (type(value), tuple(key(v) for v in value))
+    if isinstance(value, dict):
+        return (type(value), tuple((k, key(v)) for k, v in value.items()))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return (type(value), tuple(key(getattr(value, f.name)) for f in dataclasses.fields(value)))
+    if type(value).__eq__ is not object.__eq__ and _hashable(value):
+        return (type(value), value)
+    return _Same(value)
+
+
+def _global_names(code: types.CodeType) -> set[str]:
+    """The names that ``code`` and the code nested in it (lambdas,
+    comprehensions) look up as globals or attributes."""
+    return set(code.co_names).union(*(_global_names(c) for c in code.co_consts
+                                      if isinstance(c, types.CodeType)))
+
+
+class _Same:
+    """A value of a declaration's key that equals only the same object."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and self.value is other.value
+
+
+def _contents(array: Any) -> tuple | None:
+    """An array's type, dtype, shape, weak type and the SHA-256 of its
+    bytes; None where its values cannot be read here (a tracer, a PRNG key
+    array, an array with shards on other processes' devices, an object
+    array)."""
+    if isinstance(array, jax.core.Tracer) or (isinstance(array, jax.Array) and (
+            not array.is_fully_addressable
+            or jax.dtypes.issubdtype(array.dtype, jax.dtypes.extended))):
+        return None
+    host = np.asarray(array)
+    if host.dtype.hasobject:
+        return None
+    return (type(array), host.dtype, host.shape, bool(getattr(array, "weak_type", False)),
+            hashlib.sha256(host.tobytes()).hexdigest())
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def _var_keyword(signature: inspect.Signature) -> str | None:
@@ -317,12 +422,59 @@ def _abstract(key: Any) -> Any:
 def _output_structure(op: DeclaredOperator, inputs: tuple, attrs: tuple, absent: tuple
                       ) -> tuple[Any, tuple]:
     """The reference's result structure (a pytree definition) and its output
-    lists' lengths, for inputs described by :func:`_avals_key`."""
+    lists' lengths, for inputs described by :func:`_avals_key`; its output
+    shapes checked against the operator's rule (:func:`_check_rule`)."""
     out = jax.eval_shape(lambda *a: op.user_reference(*a, **reference_attributes(attrs)),
                          *(_abstract(k) for k in inputs))
     groups = output_groups(op.prototype, out, absent)
     sizes = tuple(len(g) for p, g in zip(op.prototype.outputs, groups) if p.kind == "tensor_list")
+    if op.rule is not None:
+        operands = [a for k in inputs for a in (
+            [jax.eval_shape(placeholder)] if k is None else
+            _abstract(k) if k[0] == "list" else [_abstract(k)])]
+        in_sizes = tuple(len(k[1]) for k in inputs if k is not None and k[0] == "list")
+        _check_rule(op, op.rule, operands, [o for g in groups for o in g],
+                    dict(attrs=attrs, absent=absent, list_sizes=in_sizes + sizes))
     return jax.tree.structure(out), sizes
+
+
+def _check_rule(op: DeclaredOperator, rule: _dims.Rule, operands: list[Any],
+                results: list[Any], params: dict[str, Any]) -> None:
+    """ValueError unless the reference's output shapes (``results`` for
+    ``operands``, the primitive's) follow ``rule`` (``op``'s), for the
+    operands and for each block of them a shard can get: each factor the
+    rule partitions (and each dimension ``...`` stands for) of size n > 1
+    in turn n / p (p its smallest prime factor: a block of p shards), the
+    other dimensions whole. A block that the reference refuses is not
+    checked. Naming the output and the factors."""
+    absent, list_sizes = params["absent"], params["list_sizes"]
+    where = f"{op.name}: dims {rule.text!r}"
+    labels = ([f"input {p.name}" for p in op.prototype.inputs],
+              [f"output {p.name}" for p in op.prototype.outputs])
+
+    def factors(ins, outs, where):
+        return rule.factors(*op.arrays_by_parameter(ins, outs, absent=absent,
+                                                    list_sizes=list_sizes),
+                            where=where, labels=labels)[0]
+
+    in_factors = factors(operands, results, where)
+    sizes = {f: n for fs, a in zip(in_factors, operands) for f, n in zip(fs, a.shape) if f}
+    for factor, n in sizes.items():
+        if n < 2:
+            continue
+        block = n // next((p for p in range(2, math.isqrt(n) + 1) if n % p == 0), n)
+        blocks = [jax.ShapeDtypeStruct(tuple(block if f == factor else d
+                                             for f, d in zip(fs, a.shape)), a.dtype,
+                                       weak_type=a.weak_type)
+                  for fs, a in zip(in_factors, operands)]
+        attrs = op.call_attributes(op.user_inputs(blocks, absent, list_sizes), params["attrs"])
+        try:
+            outs = jax.eval_shape(functools.partial(op.reference, **dict(params, attrs=attrs)),
+                                  *blocks)
+        except Exception:  # a block the reference refuses: no shapes to compare
+            continue
+        factors(blocks, outs, f"{where} does not match the reference's output shapes on a "
+                              f"shard's block ({_dims.describe(factor)} of size {block}, not {n})")
 
 
 def _call(op: DeclaredOperator, inputs: list[Any], attrs: tuple) -> Any:

@@ -47,17 +47,22 @@ class Rule:
     replicated: frozenset[str]
 
     def batchable(self, mapped: Sequence[int]) -> bool:
-        """Whether ``vmap`` can run one call: every output's group and every
-        group of a mapped input (indices into ``inputs``) starts with
-        ``...``, which the mapped dimension then joins."""
-        return (all(g[:1] == (ELLIPSIS,) for g in self.outputs)
+        """Whether ``vmap`` can run one call: every group of a mapped input
+        (indices into ``inputs``) starts with ``...``, which the mapped
+        dimension then joins, and so does an output's at least (the outputs
+        whose groups lack it, sums over ``...``, come per example from the
+        reference)."""
+        return (any(g[:1] == (ELLIPSIS,) for g in self.outputs)
                 and all(self.inputs[i][:1] == (ELLIPSIS,) for i in mapped))
 
     def factors(self, inputs: Sequence[Sequence[Any]], outputs: Sequence[Sequence[Any]],
-                where: str) -> tuple[list[Factors], list[Factors]]:
+                where: str, labels: tuple[Sequence[str], Sequence[str]] | None = None
+                ) -> tuple[list[Factors], list[Factors]]:
         """The factors of each array, from the arrays of each tensor
         parameter (``inputs``/``outputs``: a list of avals per parameter, a
-        tensor list's several, an absent tensor's placeholder None).
+        tensor list's several, an absent tensor's placeholder None);
+        ``labels`` names the parameters in messages (default ``input 0``,
+        ..., ``output 0``, ...).
 
         Raises:
           ValueError: an array's rank does not match its group, ``...``
@@ -98,11 +103,12 @@ class Rule:
                 names.append(None if token in self.replicated else token)
             return tuple(names)
 
-        def side(groups, arrays, kind):
-            return [one(g, a, f"{kind} {i}") for i, (g, per) in enumerate(zip(groups, arrays))
-                    for a in per]
+        def side(groups, arrays, names):
+            return [one(g, a, name) for name, g, per in zip(names, groups, arrays) for a in per]
 
-        return side(self.inputs, inputs, "input"), side(self.outputs, outputs, "output")
+        in_labels, out_labels = labels or ([f"input {i}" for i in range(len(self.inputs))],
+                                           [f"output {i}" for i in range(len(self.outputs))])
+        return side(self.inputs, inputs, in_labels), side(self.outputs, outputs, out_labels)
 
     def size(self, factor: str, inputs: Sequence[Sequence[Any]]) -> int:
         """The size of ``factor`` in the input arrays (as :meth:`factors`
@@ -115,6 +121,13 @@ class Rule:
         raise ValueError(f"dims: factor {factor!r} is in no input tensor given")
 
 
+def describe(factor: str) -> str:
+    """A factor of :meth:`Rule.factors` for messages: ``factor 'h'``, or
+    ``dimension 0 of '...'``."""
+    lead = re.fullmatch(_LEADING.format(r"([0-9]+)"), factor)
+    return f"dimension {lead.group(1)} of '...'" if lead else f"factor {factor!r}"
+
+
 def parse(text: str, n_inputs: int, n_outputs: int, replicated: Iterable[str] = (),
           where: str = "dims") -> Rule:
     """The :class:`Rule` of ``text`` for ``n_inputs`` input and ``n_outputs``
@@ -123,8 +136,9 @@ def parse(text: str, n_inputs: int, n_outputs: int, replicated: Iterable[str] = 
     Raises:
       TypeError: ``text`` is not a string.
       ValueError: naming the token: the text is not such a rule (no ``->``,
-        an unknown character, ``...`` not in front or twice in a group, an
-        empty group), its group counts are not the parameters', or
+        an unknown character, ``...`` not in front or twice in a group, a
+        factor twice in a group, an empty group), its group counts are not
+        the parameters', or
         ``replicated`` names a factor the rule does not use.
     """
     if not isinstance(text, str):
@@ -152,6 +166,11 @@ def parse(text: str, n_inputs: int, n_outputs: int, replicated: Iterable[str] = 
             if ELLIPSIS in tokens[1:]:
                 raise ValueError(f"{where}: '...' stands for leading dimensions: it comes first "
                                  f"in a group, not as in {raw.strip()!r}")
+            twice = next((t for i, t in enumerate(tokens) if t in tokens[:i] and t != "1"), None)
+            if twice:
+                raise ValueError(f"{where}: factor {twice!r} names two dimensions of one tensor "
+                                 f"in {raw.strip()!r} of {text!r} (Shardy takes a factor once "
+                                 f"per group): give each dimension its own factor")
             out.append(tuple(tokens))
         if len(out) != count:
             raise ValueError(f"{where}: {len(out)} groups for the {kind} in {text!r}, the "
@@ -184,4 +203,4 @@ def elementwise(in_shapes: Sequence[Sequence[int]], out_shape: Sequence[int],
     return f"{', '.join(group(s) for s in in_shapes)} -> {outs}"
 
 
-__all__ = ["ELLIPSIS", "Factors", "Rule", "elementwise", "parse"]
+__all__ = ["ELLIPSIS", "Factors", "Rule", "describe", "elementwise", "parse"]

@@ -7,10 +7,14 @@ it), whose numbers are checked against NumPy."""
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import jax_aclnn as aclnn
 from declared_operators import LIBRARY, SOFTPLUS_BACKWARD, recorded, softplus_backward_reference
@@ -316,3 +320,122 @@ def test_vmap_merges_into_a_leading_factor_only_where_every_operand_leads_with_i
     a = jnp.arange(24.0).reshape(3, 2, 4)
     c = jnp.arange(8.0).reshape(4, 2)
     np.testing.assert_array_equal(jax.vmap(lambda a: op(a, c))(a), a + c.T)
+
+
+# --- issue 44, item 2: declaring again over a changed large array ------------------
+# NumPy and JAX print at most 1,000 elements of an array: an entry edited past
+# them (entry 2500 of 5000) changes no printout.
+
+TABLE_SCALE = ("aclnnStatus aclnnTableScaleGetWorkspaceSize(const aclTensor *x, aclTensor *out, "
+             "uint64_t *workspaceSize, aclOpExecutor **executor)")
+X4 = np.arange(4, dtype=np.float32)
+
+
+def tables(kind):
+    """A 5,000-entry table and an equal copy and a copy with entry 2500 edited."""
+    table = np.linspace(0, 1, 5000, dtype=np.float32)
+    edited = table.copy()
+    edited[2500] = -7.0
+    as_kind = np.asarray if kind == "numpy" else jnp.asarray
+    return as_kind(table), as_kind(table.copy()), as_kind(edited)
+
+
+def table_declaration(table, where, name):
+    """``declare`` with ``table`` closed over by the reference, or by the vjp."""
+    if where == "reference":
+        return aclnn.declare(TABLE_SCALE, lambda x: x * table[2500], name=name)
+    return aclnn.declare(TABLE_SCALE, lambda x: 2 * x, name=name,
+                         vjp=lambda inputs, outputs, cotangents: (cotangents * table[2500],))
+
+
+@pytest.mark.parametrize("where", ["reference", "vjp"])
+@pytest.mark.parametrize("kind", ["numpy", "jax"])
+def test_declaring_again_over_a_large_table_with_one_entry_edited_is_refused(kind, where):
+    table, equal, edited = tables(kind)
+    name = unique("table_scale")
+    op = table_declaration(table, where, name)
+    # a cell run again with an equal table: the same operator
+    assert table_declaration(equal, where, name).aclnn_operator is op.aclnn_operator
+    with pytest.raises(ValueError, match=f"exists already, declared with another {where}"):
+        table_declaration(edited, where, name)
+    # the operator computes with the table it was declared with (NumPy's product)
+    value = float(np.asarray(table)[2500])
+    got = op(X4) if where == "reference" else jax.grad(lambda x: op(x).sum())(X4)
+    np.testing.assert_array_equal(got, X4 * value if where == "reference" else
+                                  np.full(4, value, np.float32))
+
+
+def reads_the_global_table(x):
+    return x * GLOBAL_TABLE[2500]
+
+
+GLOBAL_TABLE = np.linspace(0, 1, 5000, dtype=np.float32)
+
+
+def test_declaring_again_after_a_global_table_changed_is_refused(monkeypatch):
+    name = unique("global_table")
+    aclnn.declare(TABLE_SCALE, reads_the_global_table, name=name)
+    edited = GLOBAL_TABLE.copy()
+    edited[2500] = -7.0
+    monkeypatch.setitem(globals(), "GLOBAL_TABLE", edited)
+    with pytest.raises(ValueError, match="declared with another reference"):
+        aclnn.declare(TABLE_SCALE, reads_the_global_table, name=name)
+
+
+# --- issue 44, LOW: declare's checks of dims ---------------------------------------
+
+SCALE_HEADS = ("aclnnStatus aclnnScaleHeadsGetWorkspaceSize(const aclTensor *x, "
+               "int64_t headNum, aclTensor *out, uint64_t *workspaceSize, "
+               "aclOpExecutor **executor)")
+
+
+@pytest.mark.parametrize("token", ["...", "1"])
+def test_local_sizes_bound_to_ellipsis_or_one_is_refused_when_declared(token):
+    with pytest.raises(ValueError, match=f"local_sizes binds 'headNum' to '{re.escape(token)}', "
+                                         f"which is not a factor"):
+        aclnn.declare(SCALE_HEADS, lambda x, *, headNum: x * headNum, name=unique("heads"),
+                      dims="... n 1 -> ... n 1", local_sizes={"headNum": token})
+
+
+def test_a_factor_twice_in_one_group_is_refused_when_declared():
+    with pytest.raises(ValueError, match="factor 'a' names two dimensions of one tensor in 'a a'"):
+        aclnn.declare(
+            "aclnnStatus aclnnAddPairGetWorkspaceSize(const aclTensor *self, "
+            "const aclTensor *other, aclTensor *out, uint64_t *workspaceSize, "
+            "aclOpExecutor **executor)", lambda self, other: self + other,
+            name=unique("add_pair"), dims="a a, a a -> a a")
+
+
+RMS_NORM = ("aclnnStatus aclnnRmsNormGetWorkspaceSize(const aclTensor *x, const aclTensor *gamma, "
+            "double epsilon, const aclTensor *yOut, const aclTensor *rstdOut, "
+            "uint64_t *workspaceSize, aclOpExecutor **executor)")
+
+
+def rms_norm_reference(x, gamma, *, epsilon):
+    rstd = jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + epsilon)
+    return x * rstd * gamma, rstd
+
+
+def test_a_rule_the_references_output_shapes_do_not_follow_is_a_value_error_when_traced():
+    """rstd is (rows, 1); the rule calls its rows h, which the operands'
+    16 x 16 hide until a shard's block has 8 rows (was XLA's 'INTERNAL:
+    custom_partitioner' error when compiled)."""
+    op = aclnn.declare(RMS_NORM, rms_norm_reference, outputs=("yOut", "rstdOut"),
+                       library=LIBRARY, name=unique("rms_norm_lying"), dims="b h, h -> b h, h 1")
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("d",))
+    x = jax.device_put(np.ones((16, 16), np.float32), NamedSharding(mesh, P("d")))
+    with pytest.raises(ValueError, match=r"output rstdOut's group 'h 1'") as info:
+        jax.jit(lambda x, g: op(x, g, epsilon=1e-6))(x, np.ones(16, np.float32))
+    assert "factor 'b' of size 8, not 16" in str(info.value)
+
+
+def test_replicated_none_is_no_factor():
+    op = aclnn.declare(RMS_NORM, rms_norm_reference, outputs=("yOut", "rstdOut"),
+                       name=unique("rms_norm_none"), dims="... h, h -> ... h, ... 1",
+                       replicated=None)
+    assert op.aclnn_operator.rule.replicated == frozenset()
+    x = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
+    y, _ = op(x, np.ones(8, np.float32), epsilon=1e-6)
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(y, x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + 1e-6),
+                               rtol=1e-5)
