@@ -10,6 +10,7 @@ API reference, docs/api.rst, is generated from these docstrings):
   :func:`load_cann`, :func:`set_executor_reuse`, :func:`build_info`,
   :func:`host_kernel_target`;
 * :func:`declare`: any aclnn operator from its CANN prototype;
+  :func:`check_dims` checks its dimension rule on the host devices;
 * :func:`reference_path`: the pure-JAX reference path for a block of code;
 * :func:`export_disabled_checks` for :func:`jax.export.export`;
 * with the ``flax`` extra, :mod:`jax_aclnn.flax`: drop-in Flax ``BatchNorm``
@@ -21,6 +22,7 @@ platforms they lower to their pure-JAX definitions.
 """
 
 from jax_aclnn import _loading, _primitive, ops
+from jax_aclnn._check_dims import check_dims
 from jax_aclnn._declare import declare
 from jax_aclnn._primitive import reference_path
 from jax_aclnn._registration import export_disabled_checks
@@ -44,6 +46,7 @@ _loading.check_operators(__version__,
 #: The runtime API, then the operators' public functions (``jax_aclnn.ops.__all__``).
 __all__ = [
     "build_info",
+    "check_dims",
     "declare",
     "export_disabled_checks",
     "host_kernel_target",

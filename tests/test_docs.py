@@ -151,14 +151,15 @@ def test_returns_sections_are_prose():
 def test_the_declaring_page_runs_as_written():
     """docs/declaring.md's Python blocks, run in order in one namespace as a
     user copies them: the softplus training step (its reference on this CPU,
-    whose host provider lacks aclnnSoftplusBackward) and the RmsNorm pair."""
+    whose host provider lacks aclnnSoftplusBackward), the RmsNorm pair and
+    check_dims of its rule and of one that does not hold."""
     import jax
     import jax.numpy as jnp
     import numpy as np
 
     text = (ROOT / "docs" / "declaring.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     namespace: dict = {}
     for block in blocks:
         exec(compile(block, "docs/declaring.md", "exec"), namespace)  # noqa: S102
@@ -178,3 +179,7 @@ def test_the_declaring_page_runs_as_written():
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
     assert namespace["dx"].shape == namespace["x"].shape
     assert namespace["per_example"].shape == namespace["x"].shape
+    # check_dims names the factor of the rule that does not hold (issue 44)
+    assert namespace["message"].startswith(
+        "check_dims(rms_norm_lying): partitioning factor 'h' (size 16, over 8 devices) "
+        "changes yOut"), namespace["message"]
