@@ -1,9 +1,10 @@
 // The checks and data access the test provider's CANN-semantics operators
-// share (norm_operators.cc, llm_operators.cc, attention_operators.cc): each
-// refusal is ACLNN_ERR_PARAM_NULLPTR or ACLNN_ERR_PARAM_INVALID with a
-// message naming the operator, the tensor and the shapes (Fail,
-// test_provider.h). Tensors are read where their strides say (a
-// non-contiguous view where CANN's page allows one is gathered first).
+// share (norm_operators.cc, llm_operators.cc, attention_operators.cc,
+// grouped_matmul_operators.cc, moe_operators.cc): each refusal is
+// ACLNN_ERR_PARAM_NULLPTR or ACLNN_ERR_PARAM_INVALID with a message naming
+// the operator, the tensor and the shapes (Fail, test_provider.h). Tensors
+// are read where their strides say (a non-contiguous view where CANN's page
+// allows one is gathered first).
 #ifndef JAX_ACLNN_TESTING_OPERATOR_CHECKS_H_
 #define JAX_ACLNN_TESTING_OPERATOR_CHECKS_H_
 
