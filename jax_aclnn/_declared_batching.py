@@ -5,6 +5,7 @@ dimensions, one call per example otherwise."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,8 +18,9 @@ from jax_aclnn import _batching, _checks, _compat, _dims
 def batch(op: Any, args: Sequence[Any], dims: Sequence[Any], **params: Any):
     """vmap's rule of a declared operator ``op``: one call where the
     operator is element-wise, where vmap's dimension merges into a leading
-    factor every output has, or where it joins ``...``; else one call per
-    example (``jax.lax.map``)."""
+    factor every output has, or where it joins ``...`` (the results whose
+    groups lack ``...``, sums over the rows, then come per example from the
+    reference); else one call per example (``jax.lax.map``)."""
     size = _batching.batch_size(args, dims)
     placeholders = op.absent_operands(params["absent"], params["list_sizes"])
     if op.elementwise:  # one call on operands broadcast to (batch, *result shape)
@@ -51,6 +53,11 @@ def batch(op: Any, args: Sequence[Any], dims: Sequence[Any], **params: Any):
                  and i not in placeholders else a
                  for i, (a, d) in enumerate(zip(args, dims))]
         out = op.bind(*moved, **params)
+        summed = _summed_over_ellipsis(op, args, dims, **params)
+        if any(summed):  # per example from the reference (XLA drops it where unused)
+            per_example = jax.vmap(functools.partial(op.reference, **params),
+                                   in_axes=tuple(dims))(*args)
+            out = [r if s else o for o, r, s in zip(out, per_example, summed)]
         return out, [0] * len(out)
     # otherwise: one call per example (jax.lax.map), never merged
     mapped = [i for i, d in enumerate(dims) if d is not _compat.not_mapped]
@@ -69,6 +76,25 @@ def batch(op: Any, args: Sequence[Any], dims: Sequence[Any], **params: Any):
     return [_batching.with_batch_sharding(o, spec) for o in out], [0] * len(out)
 
 
+def _example(args: Sequence[Any], dims: Sequence[Any]) -> list[Any]:
+    """One example's operands (abstract)."""
+    return [jax.ShapeDtypeStruct(
+        a.shape if d is _compat.not_mapped else a.shape[:d] + a.shape[d + 1:], a.dtype)
+        for a, d in zip(args, dims)]
+
+
+def _summed_over_ellipsis(op, args: Sequence[Any], dims: Sequence[Any], **params: Any
+                          ) -> list[bool]:
+    """For each result, whether its group lacks ``...`` (a sum over the rows,
+    as a norm's dgamma): one call over every example would sum over all."""
+    example = _example(args, dims)
+    outs = op.abstract_eval(*example, **params)
+    _, out_groups = op.arrays_by_parameter(example, outs, absent=params["absent"],
+                                             list_sizes=params["list_sizes"])
+    return [op.rule.outputs[i][:1] != (_dims.ELLIPSIS,)
+            for i, arrays in enumerate(out_groups) for _ in arrays]
+
+
 def _in_one_call(op, args: Sequence[Any], dims: Sequence[Any], **params: Any) -> bool:
     """Whether the rule lets vmap run one call (see :meth:`Rule.batchable`)
     within aclnn's rank limit."""
@@ -76,9 +102,7 @@ def _in_one_call(op, args: Sequence[Any], dims: Sequence[Any], **params: Any) ->
     mapped = [groups[i] for i, d in enumerate(dims) if d is not _compat.not_mapped]
     if not op.rule.batchable(mapped):
         return False
-    example = [jax.ShapeDtypeStruct(
-        a.shape if d is _compat.not_mapped else a.shape[:d] + a.shape[d + 1:], a.dtype)
-        for a, d in zip(args, dims)]
+    example = _example(args, dims)
     ranks = [len(e.shape) + 1 for e in example] + [
         o.ndim + 1 for o in op.abstract_eval(*example, **params)]
     return max(ranks) <= _checks.MAX_RANK
@@ -93,9 +117,7 @@ def _leading_factor(op, args: Sequence[Any], dims: Sequence[Any], **params: Any
     groups = op.operand_groups(params["list_sizes"])
     mapped = {groups[i] for i, d in enumerate(dims) if d is not _compat.not_mapped}
     leads = {op.rule.inputs[g][0] if op.rule.inputs[g] else None for g in mapped}
-    example = [jax.ShapeDtypeStruct(
-        a.shape if d is _compat.not_mapped else a.shape[:d] + a.shape[d + 1:], a.dtype)
-        for a, d in zip(args, dims)]
+    example = _example(args, dims)
     outs = op.abstract_eval(*example, **params)
     _, out_groups = op.arrays_by_parameter(example, outs, absent=params["absent"],
                                              list_sizes=params["list_sizes"])

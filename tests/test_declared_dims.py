@@ -240,14 +240,19 @@ def test_vmap_is_one_call_of_each_operator(rng):
     np.testing.assert_allclose(dx, want, rtol=1e-4, atol=1e-5)
 
 
-def test_per_example_dgamma_loops_and_is_right(rng):
-    """dgamma lacks '...': per-example gradients of gamma run one call per
-    example (jax.lax.map), and equal float64 NumPy."""
+def test_per_example_dgamma_is_one_call_and_right(rng):
+    """dgamma lacks '...': per-example gradients run one RmsNormGrad call
+    over all examples (dx's), the per-example dgamma from the reference
+    (issue 44: it ran one call per example), and equal float64 NumPy."""
     xs = rng.normal(size=(3, 4, 8)).astype(np.float32)
     gamma = (1 + 0.1 * rng.normal(size=8)).astype(np.float32)
-    per_example = jax.jit(jax.vmap(jax.grad(rms_norm_loss, 1), (0, None)))(xs, gamma)
-    for x, got in zip(xs, per_example):
-        np.testing.assert_allclose(got, float64_rms_norm_step(x, gamma)[2], rtol=1e-4, atol=1e-5)
+    before = calls("aclnnRmsNormGrad")
+    dxs, dgammas = jax.jit(jax.vmap(jax.grad(rms_norm_loss, (0, 1)), (0, None)))(xs, gamma)
+    assert calls("aclnnRmsNormGrad") - before == 1
+    for x, dx, dgamma in zip(xs, dxs, dgammas):
+        _, want_dx, want_dgamma = float64_rms_norm_step(x, gamma)
+        np.testing.assert_allclose(dx, want_dx, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(dgamma, want_dgamma, rtol=1e-4, atol=1e-5)
 
 
 # --- export ----------------------------------------------------------------------------

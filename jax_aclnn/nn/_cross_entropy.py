@@ -23,16 +23,21 @@ import jax
 import jax.numpy as jnp
 
 from jax_aclnn._declare import declare
+from jax_aclnn.nn._common import (check_float, from_rows, rows_first, sharded_like, to_rows,
+                                  typed_like)
 
 _F32 = jnp.float32
-#: CANN's default: labels equal to it contribute nothing (never a class index).
+#: CANN's default: labels equal to it contribute nothing (never a class
+#: index); a label outside [0, C) is passed as it.
 _IGNORE_INDEX = -100
 
 
 def _loss_reference(input, target, weightOptional, *, reductionOptional, ignoreIndex,
                     labelSmoothing, lseSquareScaleForZloss, returnZloss):
     log_prob = jax.nn.log_softmax(input.astype(_F32), axis=-1)
-    picked = jnp.take_along_axis(log_prob, target[:, None].astype(jnp.int32), axis=-1)[:, 0]
+    # the label's entry, by comparison (no gather: the classes may be sharded)
+    picked = jnp.sum(jnp.where(jnp.arange(input.shape[-1]) == target[:, None], log_prob, 0.0),
+                     axis=-1)
     loss = jnp.where(target == ignoreIndex, 0.0, -picked)
     empty = jnp.zeros((0,), input.dtype)
     return loss.astype(input.dtype), log_prob.astype(input.dtype), empty, empty
@@ -79,13 +84,15 @@ def _cross_entropy(logits, labels):
 def _cross_entropy_fwd(logits, labels):
     loss, log_prob, _, _ = CROSS_ENTROPY_LOSS(logits, labels, None, returnZloss=False,
                                               **_ATTRIBUTES)
-    return loss, (log_prob, labels)
+    # kept in logits' sharding (the rule keeps the classes whole; where
+    # logits shard them, each device keeps its block), which dx then takes
+    return loss, (sharded_like(log_prob, logits), labels)
 
 
 def _cross_entropy_bwd(res, g):
     log_prob, labels = res
     dx = CROSS_ENTROPY_LOSS_GRAD(g, log_prob, labels, None, None, None, **_ATTRIBUTES)
-    return dx, None
+    return typed_like((dx, None), (log_prob, None))
 
 
 _cross_entropy.defvjp(_cross_entropy_fwd, _cross_entropy_bwd)
@@ -105,30 +112,45 @@ def softmax_cross_entropy_with_integer_labels(logits: Any, labels: Any) -> jax.A
       logits: ``(..., C)``, float32, float16 or bfloat16.
       labels: ``logits.shape[:-1]``, integers in ``[0, C)`` (int32 under
         JAX's default 32-bit mode; CANN's backward documents int64 labels,
-        which ``jax_enable_x64`` gives).
+        which ``jax_enable_x64`` gives). As in optax's function (JAX's
+        indexing), a label in ``[-C, 0)`` counts from the end, and one
+        outside ``[-C, C)`` (PyTorch's -100 among them) gives a NaN loss;
+        its row's gradient is zero (CANN's ignored row; optax's is the
+        softmax: they differ only where the loss is NaN).
 
     Returns:
       ``logits.shape[:-1]`` losses in logits' dtype (computed in float32).
 
     Raises:
       ValueError: labels' shape is not ``logits.shape[:-1]``.
-      TypeError: logits are not floating or labels not integers.
+      TypeError: logits are not float32, float16 or bfloat16 (float64
+        included, under ``jax_enable_x64``: CANN takes none), or labels are
+        not integers.
 
     Dimension rule: the examples partitioned, the classes whole.
     """
     logits, labels = jnp.asarray(logits), jnp.asarray(labels)
-    if not jnp.issubdtype(logits.dtype, jnp.floating):
-        raise TypeError(f"softmax_cross_entropy_with_integer_labels: logits must be floating, "
-                        f"got {logits.dtype}")
+    check_float("softmax_cross_entropy_with_integer_labels", logits=logits)
     if not jnp.issubdtype(labels.dtype, jnp.integer):
         raise TypeError(f"softmax_cross_entropy_with_integer_labels: labels must be integers, "
                         f"got {labels.dtype}")
     if logits.ndim == 0 or labels.shape != logits.shape[:-1]:
         raise ValueError(f"softmax_cross_entropy_with_integer_labels: labels of shape "
                          f"{labels.shape} must be logits' {logits.shape} without the last")
+    # CANN's operators take (N, C): the examples merged into one dimension
+    # (those an explicit mesh shards first, so that no data moves)
+    order = rows_first(logits, labels.ndim)
+    if labels.dtype not in (jnp.int32, jnp.int64):
+        labels = labels.astype(jnp.int32)
+    # as optax (JAX's indexing): a label in [-C, 0) counts from the end;
+    # others outside [0, C) are CANN's ignored rows (defined on both
+    # builds), whose loss is NaN here as optax's
     c = logits.shape[-1]
-    loss = _cross_entropy(logits.reshape(-1, c), labels.reshape(-1))
-    return loss.reshape(labels.shape)
+    labels = jnp.where(labels < 0, labels + c, labels)
+    valid = (labels >= 0) & (labels < c)
+    loss = _cross_entropy(to_rows(logits, order),
+                          to_rows(jnp.where(valid, labels, _IGNORE_INDEX), order))
+    return jnp.where(valid, from_rows(loss, logits, order), jnp.nan)
 
 
 __all__ = ["softmax_cross_entropy_with_integer_labels"]

@@ -15,13 +15,14 @@ we follow the aclnn prototype, which is what the call passes).
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from jax_aclnn._declare import declare
+from jax_aclnn.nn._common import (check_float, merge, rows_merged_past_rank, sharded_like,
+                                  split, typed_like)
 
 #: CANN computes in float32; y in x's dtype, rstd and dgamma in float32.
 _F32 = jnp.float32
@@ -41,7 +42,7 @@ def _add_rms_norm_reference(x1, x2, gamma, *, epsilon):
 
 def _rms_norm_grad_reference(dy, x, rstd, gamma):
     dyf, xf, g = dy.astype(_F32), x.astype(_F32), gamma.astype(_F32)
-    dgamma = jnp.sum((dyf * xf * rstd).reshape(-1, x.shape[-1]), axis=0)
+    dgamma = jnp.sum(dyf * xf * rstd, axis=tuple(range(x.ndim - 1)))
     mean = jnp.mean(dyf * g * xf, axis=-1, keepdims=True)
     return (rstd * g * dyf - xf * rstd ** 3 * mean).astype(x.dtype), dgamma
 
@@ -71,38 +72,41 @@ RMS_NORM_GRAD = declare(
 def _flat(x: Any, weight: Any) -> tuple[Any, Any]:
     """x and weight with weight's dimensions merged into one (CANN normalizes
     over weight's trailing dimensions; the rules name one)."""
-    lead = x.shape[: x.ndim - weight.ndim]
-    return x.reshape(lead + (math.prod(weight.shape),)), weight.reshape(-1)
+    return merge(x, x.ndim - weight.ndim, x.ndim), merge(weight, 0, weight.ndim)
 
 
-def _check(name: str, x: Any, weight: Any) -> None:
+def _unflat(y: Any, like: Any, n: int) -> Any:
+    """``y``, whose last dimension merges ``like``'s last ``n``, in like's
+    shape and explicit sharding (see :func:`sharded_like`)."""
+    return sharded_like(split(y, y.ndim - 1, like.shape[like.ndim - n:], (None,) * n), like)
+
+
+def _check(name: str, x: Any, weight: Any, x_name: str = "x") -> None:
     if weight.ndim == 0 or weight.ndim > x.ndim or x.shape[x.ndim - weight.ndim:] != weight.shape:
-        raise ValueError(f"{name}: weight of shape {weight.shape} must be x's trailing "
-                         f"dimensions (x of shape {x.shape})")
-    for arg, v in (("x", x), ("weight", weight)):
-        if not jnp.issubdtype(v.dtype, jnp.floating):
-            raise TypeError(f"{name}: {arg} must be float32, float16 or bfloat16, got {v.dtype}")
+        raise ValueError(f"{name}: weight of shape {weight.shape} must be {x_name}'s trailing "
+                         f"dimensions ({x_name} of shape {x.shape})")
+    check_float(name, **{x_name: x}, weight=weight)
     if weight.dtype not in (x.dtype, jnp.float32):
-        raise TypeError(f"{name}: weight must be x's dtype ({x.dtype}) or float32 (CANN's mixed "
+        raise TypeError(f"{name}: weight must be {x_name}'s dtype ({x.dtype}) or float32 (mixed "
                         f"precision), got {weight.dtype}")
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def _rms_norm(x, weight, epsilon):
-    xf, wf = _flat(x, weight)
-    return RMS_NORM(xf, wf, epsilon=epsilon)[0].reshape(x.shape)
+    return _rms_norm_fwd(x, weight, epsilon)[0]
 
 
 def _rms_norm_fwd(x, weight, epsilon):
     xf, wf = _flat(x, weight)
     y, rstd = RMS_NORM(xf, wf, epsilon=epsilon)
-    return y.reshape(x.shape), (xf, wf, rstd, x, weight)
+    return _unflat(y, x, weight.ndim), (xf, wf, rstd, x, weight)
 
 
 def _rms_norm_bwd(epsilon, res, dy):
     xf, wf, rstd, x, weight = res
-    dx, dgamma = RMS_NORM_GRAD(dy.reshape(xf.shape), xf, rstd, wf)
-    return dx.reshape(x.shape), dgamma.reshape(weight.shape).astype(weight.dtype)
+    dx, dgamma = RMS_NORM_GRAD(_flat(dy, weight)[0], xf, rstd, wf)
+    return typed_like((_unflat(dx, x, weight.ndim),
+                       _unflat(dgamma.astype(weight.dtype), weight, weight.ndim)), (x, weight))
 
 
 _rms_norm.defvjp(_rms_norm_fwd, _rms_norm_bwd)
@@ -132,7 +136,9 @@ def rms_norm(x: Any, weight: Any, *, epsilon: float = 1e-6) -> jax.Array:
 
     Raises:
       ValueError: weight is not x's trailing dimensions.
-      TypeError: x or weight is not floating.
+      TypeError: x or weight is not float32, float16 or bfloat16 (float64
+        included, under ``jax_enable_x64``: CANN takes none), or weight is
+        neither x's dtype nor float32.
 
     Dimension rule: the rows (every dimension before weight's) are
     partitioned; the normalized dimensions stay whole; dgamma is summed over
@@ -140,7 +146,7 @@ def rms_norm(x: Any, weight: Any, *, epsilon: float = 1e-6) -> jax.Array:
     """
     x, weight = jnp.asarray(x), jnp.asarray(weight)
     _check("rms_norm", x, weight)
-    return _rms_norm(x, weight, float(epsilon))
+    return rows_merged_past_rank(_rms_norm, [x], x.ndim - weight.ndim, weight, float(epsilon))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
@@ -149,19 +155,24 @@ def _add_rms_norm(x1, x2, weight, epsilon):
 
 
 def _add_rms_norm_fwd(x1, x2, weight, epsilon):
-    a, _ = _flat(x1, weight)
-    b, wf = _flat(x2, weight)
-    y, rstd, x = ADD_RMS_NORM(a, b, wf, epsilon=epsilon)
-    out = (y.reshape(x1.shape), x.reshape(x1.shape))
+    a, wf = _flat(x1, weight)
+    # CANN's AddRmsNorm takes gamma in x1's dtype only (ops-nn
+    # norm/add_rms_norm/docs/aclnnAddRmsNorm.md, its table of dtype
+    # combinations): a float32 weight is cast, as Flax casts its float32
+    # scale to the layer's dtype; its gradient stays float32.
+    wf = wf.astype(x1.dtype)
+    y, rstd, x = ADD_RMS_NORM(a, _flat(x2, weight)[0], wf, epsilon=epsilon)
+    out = (_unflat(y, x1, weight.ndim), _unflat(x, x1, weight.ndim))
     return out, (x, wf, rstd, x1, weight)
 
 
 def _add_rms_norm_bwd(epsilon, res, cts):
     x, wf, rstd, x1, weight = res
     dy, dsum = cts
-    dx, dgamma = RMS_NORM_GRAD(dy.reshape(x.shape), x, rstd, wf)
-    d = dx.reshape(x1.shape) + dsum  # the sum's cotangent passes to both addends
-    return d, d, dgamma.reshape(weight.shape).astype(weight.dtype)
+    dx, dgamma = RMS_NORM_GRAD(_flat(dy, weight)[0], x, rstd, wf)
+    d = _unflat(dx, x1, weight.ndim) + dsum  # the sum's cotangent passes to both addends
+    return typed_like((d, d, _unflat(dgamma.astype(weight.dtype), weight, weight.ndim)),
+                      (x1, x1, weight))
 
 
 _add_rms_norm.defvjp(_add_rms_norm_fwd, _add_rms_norm_bwd)
@@ -180,7 +191,13 @@ def add_rms_norm(x1: Any, x2: Any, weight: Any, *, epsilon: float = 1e-6
     Args:
       x1, x2: ``(..., *weight.shape)``, the same shape and dtype (float32,
         float16 or bfloat16).
-      weight: the scale, x1's dtype (CANN's AddRmsNorm takes one dtype).
+      weight: the scale over x1's trailing dimensions; x1's dtype or
+        float32 (the usual mixed precision: float32 parameters, half
+        activations). CANN's AddRmsNorm takes gamma in x1's dtype only
+        (ops-nn norm/add_rms_norm/docs/aclnnAddRmsNorm.md): a float32 weight
+        is cast to x1's dtype for the call, as Flax's layers cast their
+        scale to the computation's dtype; its gradient is computed in
+        float32 and returned in float32.
       epsilon: added to the mean square, inside the square root.
 
     Returns:
@@ -189,13 +206,16 @@ def add_rms_norm(x1: Any, x2: Any, weight: Any, *, epsilon: float = 1e-6
     Raises:
       ValueError: x1 and x2 differ in shape, or weight is not their trailing
         dimensions.
-      TypeError: the dtypes differ or are not floating.
+      TypeError: x1 and x2 differ in dtype, a dtype is not float32, float16
+        or bfloat16 (float64 included: CANN takes none), or weight is
+        neither x1's dtype nor float32.
     """
     x1, x2, weight = jnp.asarray(x1), jnp.asarray(x2), jnp.asarray(weight)
     if x1.shape != x2.shape:
         raise ValueError(f"add_rms_norm: x1 {x1.shape} and x2 {x2.shape} differ in shape")
-    if not x1.dtype == x2.dtype == weight.dtype:
-        raise TypeError(f"add_rms_norm: x1 ({x1.dtype}), x2 ({x2.dtype}) and weight "
-                        f"({weight.dtype}) must have one dtype (CANN's aclnnAddRmsNorm)")
-    _check("add_rms_norm", x1, weight)
-    return _add_rms_norm(x1, x2, weight, float(epsilon))
+    if x1.dtype != x2.dtype:
+        raise TypeError(f"add_rms_norm: x1 ({x1.dtype}) and x2 ({x2.dtype}) must have one "
+                        f"dtype (CANN's aclnnAddRmsNorm)")
+    _check("add_rms_norm", x1, weight, "x1")
+    return rows_merged_past_rank(_add_rms_norm, [x1, x2], x1.ndim - weight.ndim, weight,
+                                 float(epsilon))

@@ -19,6 +19,12 @@ import jax
 import jax.numpy as jnp
 
 from jax_aclnn._declare import declare
+from jax_aclnn.nn._common import check_float, typed_like
+
+try:  # the scope in which JAX has 64-bit types
+    from jax import enable_x64  # jax >= 0.8
+except ImportError:  # jax 0.7
+    from jax.experimental import enable_x64
 
 _F32 = jnp.float32
 _PROTOTYPE = (
@@ -50,11 +56,14 @@ def _reference(x, weight, biasOptional, scaleOptional, offsetOptional, antiquant
                activationInputOptional, activationQuantScaleOptional,
                activationQuantOffsetOptional, *, splitItem, groupType, groupListType, actType):
     (a,), (w,) = x, weight
+    # int64, made in a 64-bit scope (ragged_dot): computed in int32, as the
+    # reference may be traced again (lowered) in JAX's 32-bit mode
+    counts = groupListOptional.astype(jnp.int32)
     if groupType == _GROUP_ALONG_M:  # out[rows of e] = a[rows] @ w[e]
-        out = jax.lax.ragged_dot(a.astype(_F32), w.astype(_F32), groupListOptional)
+        out = jax.lax.ragged_dot(a.astype(_F32), w.astype(_F32), counts)
     else:  # groups along K: out[e] = a[:, ks of e] @ w[ks of e]
-        g = _groups_of(a.shape[1], groupListOptional)
-        onehot = jax.nn.one_hot(g, groupListOptional.shape[0], dtype=_F32)  # (K, E)
+        g = _groups_of(a.shape[1], counts)
+        onehot = jax.nn.one_hot(g, counts.shape[0], dtype=_F32)  # (K, E)
         out = jnp.einsum("mk,ke,kn->emn", a.astype(_F32), onehot, w.astype(_F32))
     return [out.astype(a.dtype)], [], []
 
@@ -96,13 +105,14 @@ def _ragged_dot_bwd(res, g):
     dlhs = _call(_ALONG_M, g, jnp.swapaxes(rhs, 1, 2), counts, _GROUP_ALONG_M)
     dlhs = jnp.where(covered[:, None], dlhs, 0).astype(lhs.dtype)
     drhs = _call(_ALONG_K, lhs.T, g, counts, _GROUP_ALONG_K).astype(rhs.dtype)
-    return dlhs, drhs, None
+    return typed_like((dlhs, drhs, None), (lhs, rhs, None))
 
 
 _ragged_dot.defvjp(_ragged_dot_fwd, _ragged_dot_bwd)
 
 
-def ragged_dot(lhs: Any, rhs: Any, group_sizes: Any) -> jax.Array:
+def ragged_dot(lhs: Any, rhs: Any, group_sizes: Any, *,
+               preferred_element_type: Any = None) -> jax.Array:
     """Grouped matrix product on aclnnGroupedMatmulV4.
 
     The contract of ``jax.lax.ragged_dot``: the rows of ``lhs`` fall into
@@ -111,22 +121,33 @@ def ragged_dot(lhs: Any, rhs: Any, group_sizes: Any) -> jax.Array:
     aclnnGroupedMatmulV4 (groups along M), backward two (the rows' gradient
     along M with ``rhs`` transposed, the weights' along K).
 
-    CANN's group list is int64: the aclnn operators run where JAX has 64-bit
-    integers (``jax_enable_x64``, ``group_sizes`` then taken as int64);
-    under JAX's default 32-bit mode, ``jax.lax.ragged_dot`` computes it.
+    CANN's group list is int64: ``group_sizes`` is passed as int64 in JAX's
+    default 32-bit mode too (made in a 64-bit scope; no ``jax_enable_x64``
+    needed). ``jax.lax.ragged_dot`` computes a ``preferred_element_type``
+    other than the operands' (promoted) dtype: CANN's unquantized grouped
+    product returns x's dtype (ops-transformer
+    gmm/grouped_matmul/docs/aclnnGroupedMatmulV4.md). Under ``vmap`` (an MoE
+    layer evaluated per example, where ``jax.lax.ragged_dot`` raises
+    ``NotImplementedError`` for batched rows and unbatched weights) it runs
+    once per example (``jax.lax.map``).
 
     Args:
       lhs: ``(m, k)``, float32, float16 or bfloat16.
-      rhs: ``(g, k, n)``, lhs's dtype.
-      group_sizes: ``(g,)`` integers, summing to at most m.
+      rhs: ``(g, k, n)``, float32, float16 or bfloat16; operands of two
+        dtypes are computed in their promoted dtype, as JAX does.
+      group_sizes: ``(g,)`` non-negative integers (CANN's group list holds
+        counts; where one is negative, jax.lax.ragged_dot's groups overlap
+        and this function's result is unspecified), summing to at most m.
+      preferred_element_type: the result's dtype, as jax.lax.ragged_dot's.
 
     Returns:
-      ``(m, n)`` in lhs's dtype.
+      ``(m, n)`` in ``preferred_element_type``, else the operands' promoted
+      dtype.
 
     Raises:
       ValueError: the shapes are not those above.
-      TypeError: the dtypes differ or are not floating, or group_sizes are
-        not integers.
+      TypeError: lhs or rhs is not float32, float16 or bfloat16 (float64
+        included: CANN takes none), or group_sizes are not integers.
 
     Dimension rule: the output columns partitioned, k summed over; rows and
     groups whole.
@@ -136,14 +157,18 @@ def ragged_dot(lhs: Any, rhs: Any, group_sizes: Any) -> jax.Array:
             group_sizes.shape != rhs.shape[:1]:
         raise ValueError(f"ragged_dot: lhs (m, k), rhs (g, k, n), group_sizes (g,); got "
                          f"{lhs.shape}, {rhs.shape}, {group_sizes.shape}")
-    if lhs.dtype != rhs.dtype or not jnp.issubdtype(lhs.dtype, jnp.floating):
-        raise TypeError(f"ragged_dot: lhs and rhs of one floating dtype, got {lhs.dtype}, "
-                        f"{rhs.dtype}")
+    check_float("ragged_dot", lhs=lhs, rhs=rhs)
     if not jnp.issubdtype(group_sizes.dtype, jnp.integer):
         raise TypeError(f"ragged_dot: group_sizes must be integers, got {group_sizes.dtype}")
-    if not jax.config.jax_enable_x64:
-        return jax.lax.ragged_dot(lhs, rhs, group_sizes)
-    return _ragged_dot(lhs, rhs, group_sizes.astype(jnp.int64))
+    dtype = jnp.promote_types(lhs.dtype, rhs.dtype)
+    if preferred_element_type is not None and jnp.dtype(preferred_element_type) != dtype:
+        return jax.lax.ragged_dot(lhs, rhs, group_sizes,
+                                  preferred_element_type=preferred_element_type)
+    # CANN's group list is int64: made in a 64-bit scope in JAX's default
+    # 32-bit mode too (only the group list is 64-bit: the custom call's
+    # operand; everything else keeps its dtype)
+    with enable_x64(True):
+        return _ragged_dot(lhs.astype(dtype), rhs.astype(dtype), group_sizes.astype(jnp.int64))
 
 
 __all__ = ["ragged_dot"]

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from jax_aclnn._declare import declare
+from jax_aclnn.nn._common import check_float, sharded_like, typed_like
 
 _F32 = jnp.float32
 MODES = {"half": 0, "interleave": 1}
@@ -88,7 +89,9 @@ def _operators(pattern: tuple[bool, bool, bool]):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
 def _rope(x, cos, sin, mode):
-    return _operators(_pattern(x, cos))[0](x, cos, sin, mode=mode)
+    # in x's sharding (the rule keeps the head size whole: where x shards
+    # it, each device takes its own block back), which dy then has too
+    return sharded_like(_operators(_pattern(x, cos))[0](x, cos, sin, mode=mode), x)
 
 
 def _rope_fwd(x, cos, sin, mode):
@@ -101,7 +104,7 @@ def _rope_fwd(x, cos, sin, mode):
 def _rope_bwd(mode, res, dy):
     x, cos, sin = res
     dx, dcos, dsin = _operators(_pattern(dy, cos))[1](dy, cos, sin, x, mode=mode)
-    return (dx, dcos, dsin) if x is not None else (dx, None, None)
+    return typed_like((dx, dcos, dsin) if x is not None else (dx, None, None), (dy, cos, sin))
 
 
 _rope.defvjp(_rope_fwd, _rope_bwd, symbolic_zeros=True)
@@ -146,7 +149,8 @@ def rotary_embedding(x: Any, cos: Any, sin: Any, *, mode: str = "half") -> jax.A
     Raises:
       ValueError: x is not 4-D, D is odd, cos/sin do not broadcast to x or
         differ in shape, or mode is another.
-      TypeError: x is not floating.
+      TypeError: x is not float32, float16 or bfloat16 (float64 included,
+        under ``jax_enable_x64``: CANN takes none).
 
     Dimension rule: batch, sequence and heads partitioned (cos/sin's
     broadcast dimensions never), the head size whole; dcos/dsin are summed
@@ -155,8 +159,7 @@ def rotary_embedding(x: Any, cos: Any, sin: Any, *, mode: str = "half") -> jax.A
     x, cos, sin = jnp.asarray(x), jnp.asarray(cos), jnp.asarray(sin)
     if mode not in MODES:
         raise ValueError(f"rotary_embedding: mode must be one of {sorted(MODES)}, got {mode!r}")
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        raise TypeError(f"rotary_embedding: x must be float32, float16 or bfloat16, got {x.dtype}")
+    check_float("rotary_embedding", x=x)
     if x.ndim != 4 or x.shape[-1] % 2:
         raise ValueError(f"rotary_embedding: x must be (B, S, N, D) with D even, got {x.shape}")
     if cos.shape != sin.shape or cos.ndim > 4 or cos.shape[-1:] != x.shape[-1:]:

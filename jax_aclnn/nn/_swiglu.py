@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from jax_aclnn._declare import declare
+from jax_aclnn.nn._common import check_float, rows_merged_past_rank, typed_like
 
 _F32 = jnp.float32
 
@@ -54,7 +55,7 @@ def _swiglu(x):
 
 
 _swiglu.defvjp(lambda x: (SWIGLU(x, dim=-1), x),
-               lambda x, dy: (SWIGLU_GRAD(dy, x, dim=-1),))
+               lambda x, dy: typed_like((SWIGLU_GRAD(dy, x, dim=-1),), (x,)))
 
 
 def swiglu(x: Any, *, axis: int = -1) -> jax.Array:
@@ -76,22 +77,21 @@ def swiglu(x: Any, *, axis: int = -1) -> jax.Array:
 
     Raises:
       ValueError: x's size along axis is odd, or axis is out of range.
-      TypeError: x is not floating.
+      TypeError: x is not float32, float16 or bfloat16 (float64 included,
+        under ``jax_enable_x64``: CANN takes none).
 
     Dimension rule: the dimensions other than ``axis`` are partitioned;
     ``axis`` stays whole.
     """
     x = jnp.asarray(x)
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        raise TypeError(f"swiglu: x must be float32, float16 or bfloat16, got {x.dtype}")
+    check_float("swiglu", x=x)
     if not -x.ndim <= axis < x.ndim:
         raise ValueError(f"swiglu: axis {axis} is out of range for x of shape {x.shape}")
     if x.shape[axis] % 2:
         raise ValueError(f"swiglu: x's size along axis {axis} is odd (shape {x.shape})")
     axis %= x.ndim
-    if axis == x.ndim - 1:
-        return _swiglu(x)
-    return jnp.moveaxis(_swiglu(jnp.moveaxis(x, axis, -1)), -1, axis)
+    last = jnp.moveaxis(x, axis, -1)  # the identity for the last axis
+    return jnp.moveaxis(rows_merged_past_rank(_swiglu, [last], x.ndim - 1), -1, axis)
 
 
 __all__ = ["swiglu"]
