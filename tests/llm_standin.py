@@ -169,6 +169,18 @@ def check_attention() -> dict[str, int]:
         want = jax.value_and_grad(loss, argnums)(jax.nn.dot_product_attention, q, kk, v, bias)
         for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(want)):
             close(a, b, 2e-5)
+    # an additive mask of float32's minimum hiding every key from query 0 (the
+    # pse once overflowed to -inf: NaN in every key's gradient)
+    bias = np.zeros((5, 7), np.float32)
+    bias[0] = np.finfo(np.float32).min
+    q = rng.normal(size=(2, 5, 4, 8)).astype(np.float32)
+    kk, v = (rng.normal(size=(2, 7, 2, 8)).astype(np.float32) for _ in range(2))
+    masked_loss = lambda attention: lambda q, kk, v: jnp.sum(  # noqa: E731
+        jnp.sin(attention(q, kk, v, bias)[:, 1:]))
+    ours = jax.jit(jax.value_and_grad(masked_loss(nn.dot_product_attention), (0, 1, 2)))(q, kk, v)
+    want = jax.value_and_grad(masked_loss(jax.nn.dot_product_attention), (0, 1, 2))(q, kk, v)
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(want)):
+        close(a, b, 2e-5)
     mesh = jax.make_mesh((4,), ("heads",), axis_types=(jax.sharding.AxisType.Auto,))
     q, kk, v = (rng.normal(size=(2, 5, 8, 8)).astype(np.float32) for _ in range(3))
     local = jax.jit(jax.shard_map(lambda q, k, v: nn.dot_product_attention(q, k, v, is_causal=True),
@@ -199,3 +211,71 @@ def check_ragged_dot() -> dict[str, int]:
         return {"aclnnGroupedMatmulV4": aclnn.runtime_stats()["calls"]["aclnnGroupedMatmulV4"]["execute"]}
     finally:
         jax.config.update("jax_enable_x64", False)
+
+
+def check_adamw_half() -> tuple[list, list, int]:
+    """adamw's updates of bfloat16 parameters through the test provider's
+    aclnnApplyAdamWV2 (which refuses mixed dtypes), optax.adamw's float32
+    updates of the same steps (tests/test_optax.py), and the kernel's calls."""
+    from test_optax import half_precision_steps
+
+    route_through_the_test_provider()
+    aclnn.reset_runtime_stats()
+    ours, theirs = half_precision_steps(jnp.bfloat16)
+    as_f32 = lambda tree: jax.tree.map(lambda a: np.asarray(a, np.float32), tree)  # noqa: E731
+    return as_f32(ours), as_f32(theirs), calls()["aclnnApplyAdamWV2"]
+
+
+def check_explicit_meshes() -> tuple[dict[str, int], int]:
+    """Layouts of tensor parallelism and FSDP on an explicit mesh of the 4
+    devices (issue 44: their gradients failed), through the test
+    provider's operators: SwiGLU's hidden dimension, the norm's weight,
+    RoPE's head size sharded (tests/test_nn_meshes.py has every layout);
+    each value and gradient equals the same math in jax.numpy. Returns the
+    operators' calls, and those of aclnnRmsNormGrad in one per-example
+    gradient (``vmap(grad)``, no mesh)."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    route_through_the_test_provider()
+    aclnn.reset_runtime_stats()
+    rng = np.random.default_rng(0)
+    mesh = jax.make_mesh((4,), ("m",), axis_types=(jax.sharding.AxisType.Explicit,))
+    x = rng.normal(size=(2, 8, 16)).astype(np.float32)
+    w = (1 + 0.1 * rng.normal(size=16)).astype(np.float32)
+    xr, cs = rng.normal(size=(2, 8, 2, 16)).astype(np.float32), rng.normal(size=(1, 8, 1, 16))
+
+    def rms(x, w):
+        return x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-6) * w
+
+    def swiglu(x):
+        a, b = jnp.split(x, 2, -1)
+        return jax.nn.silu(a) * b
+
+    def rope(x, cos, sin):
+        a, b = jnp.split(x, 2, -1)
+        return x * cos + jnp.concatenate([-b, a], -1) * sin
+
+    layouts = [  # (ours, the same math, operands, their specs)
+        (nn.swiglu, swiglu, (x,), (P(None, None, "m"),)),
+        (nn.rms_norm, rms, (x, w), (P(), P("m"))),
+        (nn.rotary_embedding, rope, (xr, cs, cs), (P(None, None, None, "m"), P(), P())),
+    ]
+    with jax.set_mesh(mesh):
+        for ours, theirs, operands, specs in layouts:
+            args = [jax.device_put(np.asarray(a, np.float32), NamedSharding(mesh, s))
+                    for a, s in zip(operands, specs)]
+            argnums = tuple(range(len(args)))
+            loss = lambda f: lambda *a: jnp.sum(jnp.sin(f(*a)))  # noqa: E731
+            got = jax.jit(jax.value_and_grad(loss(ours), argnums))(*args)
+            want = jax.jit(jax.value_and_grad(loss(theirs), argnums))(*args)
+            for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+                close(a, b, 1e-4)
+    counted = calls()
+    before = aclnn.runtime_stats()["calls"]["aclnnRmsNormGrad"]["execute"]
+    per_example = jax.jit(jax.vmap(jax.grad(lambda x, w: jnp.sum(jnp.sin(nn.rms_norm(x, w))),
+                                            (0, 1)), (0, None)))(x, w)
+    want = jax.vmap(jax.grad(lambda x, w: jnp.sum(jnp.sin(rms(x, w))), (0, 1)), (0, None))(x, w)
+    for a, b in zip(per_example, want):
+        close(a, b, 1e-4)
+    return counted, aclnn.runtime_stats()["calls"]["aclnnRmsNormGrad"]["execute"] - before

@@ -5,6 +5,7 @@ routed through it (tests/llm_standin.py)."""
 
 from __future__ import annotations
 
+import jax
 import pytest
 
 from declared_operators import LIBRARY
@@ -58,10 +59,27 @@ def test_a_batch_sharded_step_gathers_no_activation(standin):
 
 def test_attention_runs_flash_attention_and_equals_jax(standin):
     counted = run(standin, "check_attention")
-    # four programs forward and backward, and four devices' local calls
-    assert counted == {"aclnnFlashAttentionScore": 8, "aclnnFlashAttentionScoreGrad": 4}, counted
+    # five programs forward and backward, and four devices' local calls
+    assert counted == {"aclnnFlashAttentionScore": 9, "aclnnFlashAttentionScoreGrad": 5}, counted
 
 
 def test_ragged_dot_runs_grouped_matmuls_and_equals_jax(standin):
     # the forward, and the two products of the backward
     assert run(standin, "check_ragged_dot") == {"aclnnGroupedMatmulV4": 3}
+
+
+def test_adamw_steps_half_parameters_through_the_kernel(standin):
+    from test_optax import STEPS, assert_trees_close
+
+    ours, theirs, called = run(standin, "check_adamw_half")
+    assert called == STEPS * len(jax.tree.leaves(ours[0])), called  # one call per parameter
+    for u, t in zip(ours, theirs):
+        assert_trees_close(u, t, rtol=2 ** -7, atol=0)  # one bfloat16 ulp
+
+
+def test_explicit_mesh_layouts_and_per_example_gradients_run_aclnn_operators(standin):
+    counted, per_example_calls = run(standin, "check_explicit_meshes")
+    assert all(counted[op] > 0 for op in (
+        "aclnnSwiGlu", "aclnnSwiGluGrad", "aclnnRmsNorm", "aclnnRmsNormGrad",
+        "aclnnRotaryPositionEmbedding", "aclnnRotaryPositionEmbeddingGrad")), counted
+    assert per_example_calls == 1  # one call for every example's dx (it looped)

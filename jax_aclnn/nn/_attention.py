@@ -29,9 +29,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from jax_aclnn import _compat
 from jax_aclnn._declare import declare
+from jax_aclnn.nn._common import sharded_like, typed_like
 
 _F32 = jnp.float32
+#: The dtypes aclnnFlashAttentionScore takes for query, key and value.
+_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
 #: CANN's compressed causal mask of sparse modes 2-4: 1 above the diagonal.
 _CAUSAL_SIZE = 2048
 #: The size-1 patterns of (B, N, T, S) CANN takes (True: size 1), the most
@@ -43,22 +47,38 @@ _ALL_TOKENS = 2147483647  # preTokens/nextTokens: no band (torch_npu's default)
 _SPARSE_MASK, _SPARSE_CAUSAL = 1, 2  # allMask; leftUpCausal (query i sees keys j <= i)
 
 
+def _per_kv_head(x, k):
+    """``(B, T, N, H)`` as ``(B, T, K, N / K, H)``: the query heads of each
+    key/value head (a reshape, which keeps an explicit sharding of the heads;
+    a repeat of the key and value would need one passed)."""
+    return x.reshape(x.shape[:2] + (k, x.shape[2] // k) + x.shape[3:])
+
+
 def _scores(query, key, realShift, attenMask, scale, sparse):
-    """S (float32, (B, N, T, S)) and which entries are computed."""
+    """S (float32, (B, K, G, T, S): key/value head k's G query heads) and
+    which entries are computed."""
     b, t, n, _ = query.shape
     s, k = key.shape[1], key.shape[2]
-    kf = jnp.repeat(key.astype(_F32), n // k, axis=2)
-    scores = jnp.einsum("btnh,bsnh->bnts", query.astype(_F32), kf)
+    scores = jnp.einsum("btkgh,bskh->bkgts", _per_kv_head(query.astype(_F32), k), key.astype(_F32))
     if realShift is not None:
-        scores = scores + realShift.astype(_F32)
+        scores = scores + _grouped_heads(realShift.astype(_F32), k)
     scores = scores * _F32(scale)
     if sparse == _SPARSE_CAUSAL:
         valid = jnp.tril(jnp.ones((t, s), bool))
     elif attenMask is not None:
-        valid = jnp.logical_not(attenMask.astype(bool))
+        valid = _grouped_heads(jnp.logical_not(attenMask.astype(bool)), k)
     else:
         valid = jnp.ones((t, s), bool)
-    return scores, jnp.broadcast_to(valid, (b, n, t, s))
+    return scores, jnp.broadcast_to(valid, scores.shape)
+
+
+def _grouped_heads(x, k):
+    """A ``(B, N, T, S)``-broadcastable pse or mask as ``(B, K, G, T, S)``
+    broadcastable (its head dimension split where it has one)."""
+    x = x.reshape((1,) * (4 - x.ndim) + x.shape)
+    if x.shape[1] == 1:
+        return x[:, :, None]
+    return x.reshape(x.shape[:1] + (k, x.shape[1] // k) + x.shape[2:])
 
 
 def _forward_reference(query, key, value, realShiftOptional, dropMaskOptional,
@@ -73,13 +93,14 @@ def _forward_reference(query, key, value, realShiftOptional, dropMaskOptional,
     row_max = jnp.where(any_valid, row_max, 0.0)
     p = jnp.where(valid, jnp.exp(scores - row_max), 0.0)
     row_sum = jnp.sum(p, axis=-1, keepdims=True)
-    n, k = query.shape[2], key.shape[2]
-    vf = jnp.repeat(value.astype(_F32), n // k, axis=2)
-    out = jnp.einsum("bnts,bsnv->btnv", p / jnp.where(row_sum > 0, row_sum, 1.0), vf)
-    stats = lambda v: jnp.broadcast_to(v, v.shape[:-1] + (8,))  # noqa: E731
+    out = jnp.einsum("bkgts,bskv->btkgv", p / jnp.where(row_sum > 0, row_sum, 1.0),
+                     value.astype(_F32))
+    b, t, n = query.shape[:3]
+    stats = lambda v: jnp.broadcast_to(  # noqa: E731  (B, K, G, T, 1) -> [B, N, T, 8]
+        v.reshape(b, n, t, 1), (b, n, t, 8))
     row_max = jnp.where(any_valid, row_max, -jnp.finfo(_F32).max)
     return (stats(row_max), stats(row_sum), jnp.zeros((0,), query.dtype),
-            out.astype(query.dtype))
+            out.reshape(query.shape[:3] + value.shape[3:]).astype(query.dtype))
 
 
 def _grad_reference(query, keyIn, value, dy, pseShiftOptional, dropMaskOptional,
@@ -87,31 +108,29 @@ def _grad_reference(query, keyIn, value, dy, pseShiftOptional, dropMaskOptional,
                     softmaxSumOptional, softmaxInOptional, attentionInOptional, *,
                     prefixOptional, scaleValue, keepProb, preTokens, nextTokens, headNum,
                     inputLayout, innerPrecise, sparseMode):
+    k = keyIn.shape[2]
     scores, valid = _scores(query, keyIn, pseShiftOptional, attenMaskOptional, scaleValue,
                             sparseMode)
-    row_max, row_sum = softmaxMaxOptional[..., :1], softmaxSumOptional[..., :1]
+    row_max = _grouped_heads(softmaxMaxOptional[..., :1], k)
+    row_sum = _grouped_heads(softmaxSumOptional[..., :1], k)
     p = jnp.where(valid & (row_sum > 0), jnp.exp(scores - row_max) / jnp.where(
         row_sum > 0, row_sum, 1.0), 0.0)
-    n, k = query.shape[2], keyIn.shape[2]
-    group = n // k
-    vf = jnp.repeat(value.astype(_F32), group, axis=2)
-    dyf = dy.astype(_F32)
-    dv = jnp.einsum("bnts,btnv->bsnv", p, dyf)
-    dp = jnp.einsum("btnv,bsnv->bnts", dyf, vf)
-    d = jnp.einsum("btnv,btnv->bnt", dyf, attentionInOptional.astype(_F32))[..., None]
-    ds = p * (dp - d)
-    kf = jnp.repeat(keyIn.astype(_F32), group, axis=2)
-    dq = _F32(scaleValue) * jnp.einsum("bnts,bsnh->btnh", ds, kf)
-    dk = _F32(scaleValue) * jnp.einsum("bnts,btnh->bsnh", ds, query.astype(_F32))
-    heads = lambda x: x.reshape(x.shape[:2] + (k, group) + x.shape[3:]).sum(3)  # noqa: E731
+    dyf = _per_kv_head(dy.astype(_F32), k)
+    dv = jnp.einsum("bkgts,btkgv->bskv", p, dyf)
+    dp = jnp.einsum("btkgv,bskv->bkgts", dyf, value.astype(_F32))
+    d = jnp.einsum("btkgv,btkgv->bkgt", dyf, _per_kv_head(attentionInOptional.astype(_F32), k))
+    ds = p * (dp - d[..., None])
+    dq = _F32(scaleValue) * jnp.einsum("bkgts,bskh->btkgh", ds, keyIn.astype(_F32))
+    dk = _F32(scaleValue) * jnp.einsum("bkgts,btkgh->bskh", ds,
+                                       _per_kv_head(query.astype(_F32), k))
     if pseShiftOptional is None:
         dpse = jnp.zeros((0,), query.dtype)
     else:
-        full = _F32(scaleValue) * ds
+        full = (_F32(scaleValue) * ds).reshape(scores.shape[:1] + (-1,) + scores.shape[3:])
         axes = tuple(i for i, m in enumerate(pseShiftOptional.shape) if m == 1 and full.shape[i] != 1)
         dpse = jnp.sum(full, axis=axes, keepdims=True).astype(query.dtype)
-    return (dq.astype(query.dtype), heads(dk).astype(keyIn.dtype),
-            heads(dv).astype(value.dtype), dpse)
+    return (dq.reshape(query.shape).astype(query.dtype), dk.astype(keyIn.dtype),
+            dv.astype(value.dtype), dpse)
 
 
 _FORWARD = (
@@ -194,6 +213,8 @@ def _groups(query, key, pse, mask):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
 def _attention(query, key, value, pse, mask, scale, sparse):
+    """The output and the softmax statistics (without gradient: the
+    log-sum-exp residual of ``jax.nn`` is ``stop_gradient``-ed)."""
     return _attention_fwd(query, key, value, pse, mask, scale, sparse)[0]
 
 
@@ -206,15 +227,17 @@ def _attention_fwd(query, key, value, pse, mask, scale, sparse):
     forward, _ = _operators(*_groups(query, key, pse, mask))
     row_max, row_sum, _, out = forward(query, key, value, pse, None, None, mask,
                                        **_attributes(scale, sparse))
-    return out, (query, key, value, pse, mask, row_max, row_sum, out)
+    return (out, row_max, row_sum), (query, key, value, pse, mask, row_max, row_sum, out)
 
 
-def _attention_bwd(scale, sparse, res, dy):
+def _attention_bwd(scale, sparse, res, cts):
     query, key, value, pse, mask, row_max, row_sum, out = res
+    dy = cts[0]
     _, grad = _operators(*_groups(query, key, pse, mask))
     dq, dk, dv, dpse = grad(query, key, value, dy, pse, None, None, mask, row_max, row_sum,
                             None, out, **_attributes(scale, sparse))
-    return dq, dk, dv, None if pse is None else dpse, None
+    return typed_like((dq, dk, dv, None if pse is None else dpse, None),
+                      (query, key, value, pse, None))
 
 
 _attention.defvjp(_attention_fwd, _attention_bwd)
@@ -238,11 +261,98 @@ def _cann_shape(x: Any, full: tuple[int, ...], allowed: list[tuple[bool, ...]]) 
     return jnp.broadcast_to(x, tuple(1 if k else f for k, f in zip(keep, full)))
 
 
+def _split_scale(query: Any, scale: Any, biased: bool) -> tuple[Any, float]:
+    """The query and CANN's ``scaleValue`` for logits ``scale * Q K^T``.
+
+    CANN adds pse before its scale, so a bias becomes ``bias / scaleValue``:
+    with a bias, ``scale = m * 2**e`` (``1 <= |m| < 2``) passes ``m`` as
+    ``scaleValue`` and ``2**e`` into the query (exact: a power of two), so
+    that ``bias / m`` never exceeds the bias's magnitude (``bias / scale``
+    overflows the dtype for a mask of ``finfo.min``, or any bias with
+    ``scale`` 0). A traced scale multiplies the query (``scaleValue`` 1)."""
+    if isinstance(scale, jax.core.Tracer):
+        return query * scale.astype(query.dtype), 1.0
+    scale = float(scale)
+    if not biased:
+        return query, scale
+    if scale == 0:
+        return jnp.zeros_like(query), 1.0
+    mantissa, exponent = math.frexp(scale)  # scale = mantissa * 2**exponent, |mantissa| in [0.5, 1)
+    return query * jnp.asarray(2.0 ** (exponent - 1), query.dtype), 2 * mantissa
+
+
+def _resharded(x: Any, spec: tuple[Any, ...]) -> Any:
+    """``x`` resharded to ``spec`` where its type carries an explicit
+    sharding that differs (the identity elsewhere)."""
+    have = _compat.type_spec(jax.typeof(x))
+    if have is None or tuple(have) + (None,) * (x.ndim - len(have)) == spec:
+        return x
+    return jax.sharding.reshard(x, jax.typeof(x).sharding.update(spec=spec))
+
+
+def _rule_layout(query: Any, key: Any, value: Any, pse: Any, mask: Any) -> tuple[Any, ...]:
+    """The operands resharded, on an explicit mesh, to the layout of the
+    operators' rule: batch as query's, heads as query's where key and value
+    have as many (else whole), sequences and head size whole; a pse and a
+    mask as the scores they apply to (size-1 dimensions whole). The call's
+    result goes back to query's sharding (:func:`_common.sharded_like`), and
+    each cotangent to its primal's (``jax.sharding.reshard``'s transpose)."""
+    spec = _compat.type_spec(jax.typeof(query))
+    if spec is None:
+        return query, key, value, pse, mask
+    batch, heads = (tuple(spec) + (None,) * 4)[0:3:2]
+    if query.shape[2] != key.shape[2]:
+        heads = None
+    scores = lambda x: None if x is None else _resharded(x, tuple(  # noqa: E731
+        e if m != 1 else None for e, m in zip((batch, heads, None, None)[4 - x.ndim:], x.shape)))
+    qkv = (_resharded(x, (batch, None, heads, None)) for x in (query, key, value))
+    return (*qkv, scores(pse), scores(mask))
+
+
+def _pse_limit(dtype: Any) -> float:
+    """The largest pse magnitude passed: the dtype's range, and a quarter of
+    float32's, so that ``scaleValue * (Q K^T + pse)`` (``scaleValue`` below 2,
+    computed in float32) stays finite: a masked row at ``-inf`` has no
+    softmax (NaN), where ``jax.nn``'s ``finfo.min`` logits give a finite one."""
+    return min(float(jnp.finfo(dtype).max), float(jnp.finfo(_F32).max) / 4)
+
+
+def _masks(b: int, t: int, s: int, mask: Any, is_causal: bool, query_seq_lengths: Any,
+           key_value_seq_lengths: Any, local_window_size: Any) -> Any:
+    """The boolean mask (True: attend) of ``jax.nn.dot_product_attention``'s
+    mask arguments, broadcastable to ``(B, N, T, S)``; None where only
+    ``is_causal`` (CANN's causal sparse mode) or nothing applies."""
+    keep = None if mask is None else jnp.asarray(mask)
+    if keep is not None and keep.dtype != jnp.bool_:
+        raise TypeError(f"dot_product_attention: mask must be boolean, got {keep.dtype}")
+    both = lambda a, c: c if a is None else jnp.logical_and(a, c)  # noqa: E731
+    rows, cols = jnp.arange(t)[:, None], jnp.arange(s)[None, :]
+    if local_window_size is not None:
+        left, right = ((local_window_size,) * 2 if isinstance(local_window_size, int)
+                       else tuple(local_window_size))
+        keep = both(keep, (rows <= cols + left) & (rows >= cols - right))
+    for name, lengths, index in (("query_seq_lengths", query_seq_lengths, rows),
+                                 ("key_value_seq_lengths", key_value_seq_lengths, cols)):
+        if lengths is not None:
+            lengths = jnp.asarray(lengths)
+            if lengths.shape != (b,) or not jnp.issubdtype(lengths.dtype, jnp.integer):
+                raise ValueError(f"dot_product_attention: {name} must be integers of shape "
+                                 f"({b},) (the batch), got {lengths.dtype}{list(lengths.shape)}")
+            keep = both(keep, (index < lengths[:, None, None])[:, None])
+    if keep is not None and is_causal:
+        keep = jnp.logical_and(keep, rows >= cols)
+    return keep
+
+
 def dot_product_attention(query: Any, key: Any, value: Any, bias: Any = None, mask: Any = None,
-                          *, scale: float | None = None, is_causal: bool = False) -> jax.Array:
+                          *, scale: Any = None, is_causal: bool = False,
+                          query_seq_lengths: Any = None, key_value_seq_lengths: Any = None,
+                          local_window_size: int | tuple[int, int] | None = None,
+                          implementation: str | None = None,
+                          return_residual: bool = False) -> Any:
     """Scaled dot-product attention on aclnnFlashAttentionScore.
 
-    The contract of ``jax.nn.dot_product_attention``:
+    The contract of ``jax.nn.dot_product_attention`` (its signature):
     ``softmax(scale * query @ key^T + bias, masked) @ value`` per head, with
     grouped-query attention where key and value have fewer heads. Forward
     aclnnFlashAttentionScore (layout BSND), backward
@@ -251,57 +361,95 @@ def dot_product_attention(query: Any, key: Any, value: Any, bias: Any = None, ma
     elsewhere. torch_npu's ``npu_fusion_attention``.
 
     Args:
-      query: ``(B, T, N, H)``, float32, float16 or bfloat16.
-      key, value: ``(B, S, K, H)``, query's dtype; N a multiple of K.
+      query: ``(B, T, N, H)`` or ``(T, N, H)``, float32, float16 or bfloat16.
+      key, value: ``(B, S, K, H)`` (or ``(S, K, H)``), query's dtype; N a
+        multiple of K.
       bias: added to the scaled logits, broadcastable to ``(B, N, T, S)``
-        (CANN's pse: passed as ``bias / scale``, CANN adding it before the
-        scale); differentiable.
+        (CANN's pse, which CANN adds before its scale: passed as ``bias / m``
+        with ``scale = m * 2**e``, ``1 <= m < 2``, the power of two applied
+        to the query, exactly; clipped to the dtype's range and to a quarter
+        of float32's, so that a mask of ``finfo(dtype).min`` leaves CANN's
+        float32 logits finite, masking as in ``jax.nn``); differentiable.
       mask: boolean, broadcastable to ``(B, N, T, S)``: True where a query
         attends to a key (CANN's attenMask is its negation).
-      scale: the logits' scale; default ``1 / sqrt(H)``.
+      scale: the logits' scale, a float or a traced scalar (which multiplies
+        the query in its dtype); default ``1 / sqrt(H)``.
       is_causal: query i attends to keys j <= i (CANN's sparse mode 2, the
-        top-left causal mask; with ``mask``, both apply).
+        top-left causal mask; with a mask, both apply).
+      query_seq_lengths, key_value_seq_lengths: ``(B,)`` integers: query i
+        of example b attends only if ``i < query_seq_lengths[b]``, to keys
+        ``j < key_value_seq_lengths[b]`` (as ``jax.nn``; passed to CANN as
+        its attenMask, since CANN's actual-length arguments are static host
+        arrays).
+      local_window_size: ``(left, right)`` or an int for both: query i
+        attends to keys ``i - left <= j <= i + right`` (as a mask).
+      implementation: None (CANN's operator; ``"xla"`` and ``"cudnn"`` are
+        ``jax.nn``'s backends and a ValueError here).
+      return_residual: also return the softmax's log-sum-exp, ``(B, T, N)``
+        in key's dtype, without gradient (``jax.nn``'s residual; from CANN's
+        statistics: ``softmaxMax + log(softmaxSum)``, ``-inf`` for a query
+        that attends to no key).
 
     Returns:
-      ``(B, T, N, H)`` in query's dtype (computed in float32). A query that
-      attends to no key gets zeros (CANN's invalid-row handling).
+      ``query``'s shape and dtype (computed in float32), and with
+      ``return_residual`` the log-sum-exp. A query that attends to no key
+      gets zeros (CANN's invalid-row handling; ``jax.nn`` gives the mean of
+      the values), with no gradient through that row; so does every query
+      when S or H is 0.
 
     Raises:
-      ValueError: the shapes are not those above, or N is not a multiple
-        of K.
-      TypeError: the dtypes differ or are not floating, or mask is not
-        boolean.
+      ValueError: the shapes are not those above, N is not a multiple of K,
+        a sequence length is not ``(B,)`` integers, or ``implementation`` is
+        not None.
+      TypeError: the dtypes differ or are not float32, float16 or bfloat16,
+        or mask is not boolean.
 
     Dimension rule: batch partitioned, and heads where key and value have
     as many as query (each shard's call gets its local head count as
     ``headNum``); sequences and head size whole. Dropout is not supported
     (CANN's needs its separate mask generator).
     """
+    if implementation is not None:
+        raise ValueError(f"dot_product_attention: implementation must be None (this is "
+                         f"CANN's aclnnFlashAttentionScore; 'xla' and 'cudnn' are "
+                         f"jax.nn.dot_product_attention's), got {implementation!r}")
     query, key, value = jnp.asarray(query), jnp.asarray(key), jnp.asarray(value)
+    if query.ndim == key.ndim == value.ndim == 3:  # (T, N, H): jax.nn's unbatched form
+        out = dot_product_attention(
+            query[None], key[None], value[None], None if bias is None else jnp.asarray(bias),
+            None if mask is None else jnp.asarray(mask), scale=scale, is_causal=is_causal,
+            query_seq_lengths=query_seq_lengths, key_value_seq_lengths=key_value_seq_lengths,
+            local_window_size=local_window_size, return_residual=return_residual)
+        return jax.tree.map(lambda a: a[0], out)
     if query.ndim != 4 or key.ndim != 4 or value.shape != key.shape or \
             query.shape[0] != key.shape[0] or query.shape[3] != key.shape[3] or \
             key.shape[2] == 0 or query.shape[2] % key.shape[2]:
         raise ValueError(f"dot_product_attention: query (B, T, N, H), key and value (B, S, K, H) "
                          f"with N a positive multiple of K; got {query.shape}, {key.shape}, "
                          f"{value.shape}")
-    if not (query.dtype == key.dtype == value.dtype) or not jnp.issubdtype(query.dtype,
-                                                                           jnp.floating):
-        raise TypeError(f"dot_product_attention: query, key and value of one floating dtype, "
-                        f"got {query.dtype}, {key.dtype}, {value.dtype}")
+    if not (query.dtype == key.dtype == value.dtype) or query.dtype not in _DTYPES:
+        raise TypeError(f"dot_product_attention: query, key and value of one dtype CANN takes "
+                        f"(float32, float16 or bfloat16), got {query.dtype}, {key.dtype}, "
+                        f"{value.dtype}")
     b, t, n, h = query.shape
     s = key.shape[1]
-    scale = 1 / math.sqrt(h) if scale is None else float(scale)
     full = (b, n, t, s)
+    keep = _masks(b, t, s, mask, is_causal, query_seq_lengths, key_value_seq_lengths,
+                  local_window_size)
+    if 0 in (b, t, n, s, h):  # no key, or nothing to compute: CANN's zeros
+        out = jnp.zeros(query.shape, query.dtype)
+        lse = jnp.full((b, t, n), -jnp.inf, key.dtype)
+        return (out, lse) if return_residual else out
+    if scale is None:
+        scale = 1 / math.sqrt(h)
+    query, scale = _split_scale(query, scale, bias is not None)
     pse = None
     if bias is not None:
-        pse = _cann_shape(jnp.asarray(bias).astype(query.dtype) / jnp.asarray(scale, query.dtype),
-                          full, _PSE_PATTERNS)
+        limit = _pse_limit(query.dtype)
+        pse = jnp.clip(jnp.asarray(bias).astype(_F32) / _F32(scale), -limit, limit)
+        pse = _cann_shape(pse.astype(query.dtype), full, _PSE_PATTERNS)
     masked_out = None
-    if mask is not None:
-        mask = jnp.asarray(mask)
-        if mask.dtype != jnp.bool_:
-            raise TypeError(f"dot_product_attention: mask must be boolean, got {mask.dtype}")
-        keep = jnp.logical_and(mask, jnp.tril(jnp.ones((t, s), bool))) if is_causal else mask
+    if keep is not None:
         masked_out = _cann_shape(jnp.logical_not(keep), full, _MASK_PATTERNS)
         if masked_out.shape[:2] == (1, 1):
             masked_out = masked_out.reshape(t, s)
@@ -311,7 +459,14 @@ def dot_product_attention(query: Any, key: Any, value: Any, bias: Any = None, ma
         sparse = _SPARSE_CAUSAL
     else:
         sparse = 0
-    return _attention(query, key, value, pse, masked_out, scale, sparse)
+    user_query = query
+    out, row_max, row_sum = _attention(*_rule_layout(query, key, value, pse, masked_out), scale,
+                                       sparse)
+    out = sharded_like(out, user_query)
+    if not return_residual:
+        return out
+    lse = jax.lax.stop_gradient(row_max[..., 0] + jnp.log(row_sum[..., 0]))  # (B, N, T)
+    return out, jnp.transpose(lse, (0, 2, 1)).astype(key.dtype)
 
 
 __all__ = ["dot_product_attention"]
