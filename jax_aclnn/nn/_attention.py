@@ -281,13 +281,14 @@ def _split_scale(query: Any, scale: Any, biased: bool) -> tuple[Any, float]:
     return query * jnp.asarray(2.0 ** (exponent - 1), query.dtype), 2 * mantissa
 
 
-def _resharded(x: Any, spec: tuple[Any, ...]) -> Any:
-    """``x`` resharded to ``spec`` where its type carries an explicit
-    sharding that differs (the identity elsewhere)."""
+def _resharded(x: Any, spec: tuple[Any, ...], like: Any) -> Any:
+    """``x`` resharded to ``spec`` on the mesh of ``like`` (a sharding type)
+    where its type differs: a constant (a mask made with NumPy, closed over)
+    has an empty mesh, and gets the query's."""
     have = _compat.type_spec(jax.typeof(x))
-    if have is None or tuple(have) + (None,) * (x.ndim - len(have)) == spec:
+    if have is not None and tuple(have) + (None,) * (x.ndim - len(have)) == spec:
         return x
-    return jax.sharding.reshard(x, jax.typeof(x).sharding.update(spec=spec))
+    return jax.sharding.reshard(x, like.update(spec=spec))
 
 
 def _rule_layout(query: Any, key: Any, value: Any, pse: Any, mask: Any) -> tuple[Any, ...]:
@@ -303,9 +304,11 @@ def _rule_layout(query: Any, key: Any, value: Any, pse: Any, mask: Any) -> tuple
     batch, heads = (tuple(spec) + (None,) * 4)[0:3:2]
     if query.shape[2] != key.shape[2]:
         heads = None
+    like = jax.typeof(query).sharding
     scores = lambda x: None if x is None else _resharded(x, tuple(  # noqa: E731
-        e if m != 1 else None for e, m in zip((batch, heads, None, None)[4 - x.ndim:], x.shape)))
-    qkv = (_resharded(x, (batch, None, heads, None)) for x in (query, key, value))
+        e if m != 1 else None for e, m in zip((batch, heads, None, None)[4 - x.ndim:], x.shape)),
+        like)
+    qkv = (_resharded(x, (batch, None, heads, None), like) for x in (query, key, value))
     return (*qkv, scores(pse), scores(mask))
 
 
@@ -446,7 +449,9 @@ def dot_product_attention(query: Any, key: Any, value: Any, bias: Any = None, ma
     pse = None
     if bias is not None:
         limit = _pse_limit(query.dtype)
-        pse = jnp.clip(jnp.asarray(bias).astype(_F32) / _F32(scale), -limit, limit)
+        pse = jnp.asarray(bias).astype(_F32) / _F32(scale)
+        # clipped in value only: the bias's gradient passes whole (jax.nn's)
+        pse = pse + jax.lax.stop_gradient(jnp.clip(pse, -limit, limit) - pse)
         pse = _cann_shape(pse.astype(query.dtype), full, _PSE_PATTERNS)
     masked_out = None
     if keep is not None:
