@@ -50,9 +50,10 @@ def check_dims(op: Callable[..., Any], *operands: Any, **params: Any) -> None:
     NPU), an output that has the factor is the devices' blocks, one that
     lacks it the sum of the devices' results, and ``local_sizes``
     attributes are the block's sizes. The results are compared with
-    ``allclose`` at ``rtol = atol = 8 * eps * sqrt(n)`` of each output's
-    dtype (integers exactly), n the number of terms of the largest sum the
-    rule implies (an output lacking factors of the inputs sums over them).
+    ``allclose`` at ``rtol = 8 * eps * sqrt(n)`` of each output's dtype and
+    ``atol`` that times the output's largest magnitude (integers exactly), n the number of terms of the largest sum the
+    rule implies for that output (an output lacking factors of the inputs
+    sums over them; n is 1 for one that sums nothing).
     A factor whose size the device count does not divide is sharded over
     the largest count that divides it. An operator with neither ``dims=``
     nor ``elementwise=True`` is replicated under sharding: nothing to
@@ -109,7 +110,7 @@ def check_dims(op: Callable[..., Any], *operands: Any, **params: Any) -> None:
     partitioned = list(dict.fromkeys(f for fs in in_factors for f in fs if f))
     if not partitioned:
         return
-    terms = _largest_sum(dop, in_groups, out_groups)
+    terms = _sums(dop, in_groups, out_groups)
     labels = [f"{p.name}[{i}]" if p.kind == "tensor_list" else p.name
               for p, g in zip(dop.prototype.outputs, out_groups) for i, a in enumerate(g)
               if a is not None]
@@ -129,8 +130,8 @@ def check_dims(op: Callable[..., Any], *operands: Any, **params: Any) -> None:
                                         check_vma=False))
         actual = sharded(*(jax.device_put(x, NamedSharding(mesh, s))
                            for x, s in zip(leaves, in_specs)))
-        for label, a, e in zip(labels, actual, jax.tree.leaves(expected)):
-            problem = _difference(np.asarray(a), np.asarray(e), terms)
+        for label, a, e, n in zip(labels, actual, jax.tree.leaves(expected), terms):
+            problem = _difference(np.asarray(a), np.asarray(e), n)
             if problem:
                 raise ValueError(
                     f"check_dims({dop.name}): partitioning {_dims.describe(f)} (size "
@@ -192,17 +193,19 @@ def _leaf_factors(dop: DeclaredOperator, ins, outs, absent):
     return keep(in_factors, ins), keep(out_factors, outs)
 
 
-def _largest_sum(dop: DeclaredOperator, ins, outs) -> int:
-    """The number of terms of the largest sum the rule implies: over the
-    outputs with elements, the product of the sizes of the inputs' factors
-    (replicated ones included) that the output lacks; at least 1."""
+def _sums(dop: DeclaredOperator, ins, outs) -> list[int]:
+    """For each output with elements (the results' pytree leaves), the
+    number of terms of the sum the rule says it is: the product of the sizes
+    of the inputs' factors (replicated ones included) that it lacks; 1 for
+    an output that is no sum."""
+    present = [a for a in _flat(outs) if a is not None]
     if dop.rule is None:  # element-wise, or replicated: no sums
-        return 1
+        return [1] * len(present)
     rule = dataclasses.replace(dop.rule, replicated=frozenset())
     in_factors, out_factors = rule.factors(ins, outs, where=dop.name)
     sizes = _sizes(in_factors, _flat(ins))
-    return max([1] + [math.prod(sizes[f] for f in _sharding.summed_factors(in_factors, fs))
-                      for fs, a in zip(out_factors, _flat(outs)) if a is not None and a.size])
+    return [math.prod(sizes[f] for f in _sharding.summed_factors(in_factors, fs))
+            for fs, a in zip(out_factors, _flat(outs)) if a is not None]
 
 
 def _sizes(factors: Sequence[_dims.Factors], arrays: Sequence[Any]) -> dict[str, int]:
@@ -237,13 +240,15 @@ def _difference(actual: np.ndarray, expected: np.ndarray, terms: int) -> str:
     tol = 8 * float(jnp.finfo(expected.dtype).eps) * math.sqrt(terms)
     wide = np.complex128 if jnp.issubdtype(expected.dtype, jnp.complexfloating) else np.float64
     a, e = actual.astype(wide), expected.astype(wide)
-    differ = ~np.isclose(a, e, rtol=tol, atol=tol, equal_nan=True)
+    finite = np.abs(e[np.isfinite(e)])
+    scale = float(finite.max()) if finite.size else 1.0  # atol relative to the output's magnitude
+    differ = ~np.isclose(a, e, rtol=tol, atol=tol * scale, equal_nan=True)
     if not differ.any():
         return ""
     with np.errstate(invalid="ignore"):  # inf - inf
         error = np.max(np.abs(a - e)[differ])
     return (f"{np.count_nonzero(differ)} of {e.size} elements differ, by up to {error:.3g} "
-            f"(tolerance {tol:.3g})")
+            f"(tolerance {tol:.3g}, relative and times the largest magnitude {scale:.3g})")
 
 
 def _rule_text(dop: DeclaredOperator, ins, outs) -> str:

@@ -23,7 +23,7 @@ from declared_operators import LIBRARY
 from jax_aclnn import _primitive
 from jax_aclnn import optax as aclnn_optax
 from jax_aclnn._declared import DeclaredOperator
-from jax_aclnn.nn import _attention, _cross_entropy, _norm, _ragged_dot, _rope, _swiglu
+from jax_aclnn.nn import _attention, _cross_entropy, _moe, _norm, _ragged_dot, _rope, _swiglu
 
 pytestmark = pytest.mark.skipif(jax.device_count("cpu") < NUM_DEVICES,
                                 reason="needs 8 host devices")
@@ -155,9 +155,47 @@ def apply_adamw(rng):
                  maximize=False))
 
 
+def routing(rng, t=8, e=6, k=2):
+    """Router logits (T, E), expert ids (T, k) and their sorted indices, as
+    the mixture-of-experts layer passes them."""
+    logits = normal(rng, t, e)
+    ids = jax.lax.top_k(logits, k)[1].astype(jnp.int32)
+    _, sorted_indices = _moe._permute_reference(normal(rng, t, 4), ids, numOutTokens=0,
+                                                paddedMode=False)
+    return logits, ids, sorted_indices
+
+
+def moe_gating(rng):
+    logits, _, _ = routing(rng)
+    return _moe.GATING, (logits, None), dict(k=2, renorm=0, outputSoftmaxResultFlag=False)
+
+
+def moe_permute(rng):
+    _, ids, _ = routing(rng)
+    return _moe.PERMUTE, (normal(rng, 8, 4), ids), dict(numOutTokens=0, paddedMode=False)
+
+
+def moe_permute_grad(rng):
+    _, _, sorted_indices = routing(rng)
+    return (_moe.PERMUTE_GRAD, (normal(rng, 16, 4), sorted_indices),
+            dict(numTopk=2, paddedMode=False))
+
+
+def moe_unpermute(rng):
+    _, _, sorted_indices = routing(rng)
+    return _moe.UNPERMUTE, (normal(rng, 16, 4), sorted_indices, normal(rng, 8, 2)), _moe._UNPADDED
+
+
+def moe_unpermute_grad(rng):
+    _, _, sorted_indices = routing(rng)
+    return (_moe.UNPERMUTE_GRAD, (normal(rng, 16, 4), normal(rng, 8, 4), sorted_indices,
+                                  normal(rng, 8, 2)), _moe._UNPADDED)
+
+
 CASES = {f.__name__: f for f in (
     rms_norm, add_rms_norm, rms_norm_grad, swiglu, swiglu_grad, rope, rope_grad, cross_entropy,
-    cross_entropy_grad, grouped_matmul_along_m, grouped_matmul_along_k, apply_adamw)}
+    cross_entropy_grad, grouped_matmul_along_m, grouped_matmul_along_k, apply_adamw, moe_gating,
+    moe_permute, moe_permute_grad, moe_unpermute, moe_unpermute_grad)}
 CASES.update({f"attention_{k}": attention(k) for k in ATTENTION})
 CASES.update({f"attention_grad_{k}": attention_grad(k) for k in ATTENTION})
 
@@ -218,6 +256,23 @@ def test_a_normalized_dimension_declared_partitionable_is_named(rng, library):
                            library=library, dims="... h, h -> ... h, ... 1", replicated="h",
                            name=f"check_dims_honest_rms_norm_{library is None}")
     assert aclnn.check_dims(honest, jnp.tile(x, (3, 1)), gamma, epsilon=EPS) is None
+
+
+def _sum_normalized(x, gamma, *, epsilon):
+    """y = x / sum|x| over h (bfloat16), s = sum|x| (float32): y is no sum."""
+    s = jnp.sum(jnp.abs(x.astype(jnp.float32)), -1, keepdims=True)
+    return (x.astype(jnp.float32) / s).astype(x.dtype), s
+
+
+def test_a_half_precision_output_that_is_no_sum_gets_its_own_tolerance(rng):
+    """bfloat16 y of magnitude 1e-3, wrong by 8x with h sharded: the
+    tolerance of the largest sum (s over 4096 terms, 4.0 in bfloat16) as
+    rtol and atol let it pass; y's own n is 1, its atol its magnitude's."""
+    lying = aclnn.declare(_RMS_NORM, _sum_normalized, outputs=("yOut", "rstdOut"),
+                          dims="... h, h -> ... h, ... 1", name="check_dims_lying_sum_normalized")
+    x, gamma = normal(rng, 8, 4096, dtype=jnp.bfloat16), jnp.ones((4096,), jnp.bfloat16)
+    with pytest.raises(ValueError, match=r"factor 'h' \(size 4096, over 8 devices\) changes yOut"):
+        aclnn.check_dims(lying, x, gamma, epsilon=EPS)
 
 
 def test_an_element_wise_operator_that_is_not_is_named_by_its_dimension(rng):
