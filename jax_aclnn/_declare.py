@@ -6,6 +6,7 @@ structure, a ``vjp=`` attached as a custom VJP)."""
 from __future__ import annotations
 
 import dataclasses
+import dis
 import functools
 import hashlib
 import inspect
@@ -311,8 +312,9 @@ def _value_key(value: Any, module: str | None = None,
     function and arguments. Tuples, lists, dicts and dataclasses: entry by
     entry. NumPy and JAX arrays: by :func:`_contents` (their values, never
     their printout, which elides large arrays). Other hashable values whose
-    type defines ``==``: by it. Anything else (and an array whose values
-    cannot be read here): only as the same object, whose state the
+    type defines ``==``: by it. A class of the function's own module (a
+    notebook's), and an instance of one: by their attributes. Anything else
+    (and an array whose values cannot be read here): only as the same object, whose state the
     reference reads when it is traced. ``enclosing`` holds the ids of the
     values that hold ``value`` (one that holds itself is marked, not
     entered again)."""
@@ -339,14 +341,26 @@ def _value_key(value: Any, module: str | None = None,
         return (type(value), tuple(key(getattr(value, f.name)) for f in dataclasses.fields(value)))
     if type(value).__eq__ is not object.__eq__ and _hashable(value):
         return (type(value), value)
+    if module is not None and getattr(value, "__module__", None) == module:
+        if isinstance(value, type):  # a class of the reference's own module: its attributes
+            return ("class", value.__qualname__, tuple(
+                (n, key(v)) for n, v in vars(value).items() if n not in _CLASS_INTERNALS))
+        if hasattr(value, "__dict__"):  # an instance of one (a config object): its attributes
+            return ("object", key(type(value)), key(vars(value)))
     return _Same(value)
 
 
 def _global_names(code: types.CodeType) -> set[str]:
     """The names that ``code`` and the code nested in it (lambdas,
-    comprehensions) look up as globals or attributes."""
-    return set(code.co_names).union(*(_global_names(c) for c in code.co_consts
-                                      if isinstance(c, types.CodeType)))
+    comprehensions) look up as globals (not the attribute names that
+    ``co_names`` holds too: ``x.shape`` reads no global ``shape``)."""
+    own = {i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+    return own.union(*(_global_names(c) for c in code.co_consts
+                       if isinstance(c, types.CodeType)))
+
+
+#: A class's own entries that are no part of its definition.
+_CLASS_INTERNALS = ("__dict__", "__weakref__")
 
 
 class _Same:

@@ -382,6 +382,38 @@ def test_declaring_again_after_a_global_table_changed_is_refused(monkeypatch):
         aclnn.declare(TABLE_SCALE, reads_the_global_table, name=name)
 
 
+def run_cell(source: str, namespace: dict) -> None:
+    """A notebook cell: ``source`` run in ``namespace`` (module ``__main__``)."""
+    exec(compile(source, "<cell>", "exec"), namespace)  # noqa: S102
+
+
+def test_a_cell_run_again_unchanged_is_the_same_operator():
+    """A reference reading a notebook's config object (a class of its own,
+    with no ``==``) and calling ``x.reshape`` while the notebook has a global
+    named ``reshape`` (an attribute name, no global the code reads): the
+    cell run again unchanged, after ``reshape`` was rebound, is the same
+    operator; the config edited is refused."""
+    name = unique("cell")
+    cell = f"""
+class Config:
+    scale = 2.0
+config = Config()
+def ref(x):
+    return x.reshape(x.shape) * config.scale
+op = aclnn.declare(TABLE_SCALE, ref, name={name!r})
+"""
+    namespace = {"aclnn": aclnn, "TABLE_SCALE": TABLE_SCALE, "__name__": "__main__",
+                 "reshape": 1}
+    run_cell(cell, namespace)
+    first = namespace["op"].aclnn_operator
+    namespace["reshape"] = 2
+    run_cell(cell, namespace)
+    assert namespace["op"].aclnn_operator is first
+    np.testing.assert_array_equal(namespace["op"](X4), 2 * X4)
+    with pytest.raises(ValueError, match="declared with another reference"):
+        run_cell(cell.replace("scale = 2.0", "scale = 3.0"), namespace)
+
+
 # --- issue 44, LOW: declare's checks of dims ---------------------------------------
 
 SCALE_HEADS = ("aclnnStatus aclnnScaleHeadsGetWorkspaceSize(const aclTensor *x, "
