@@ -10,6 +10,7 @@ compiled module's (``_aclnn_ffi.argument_kinds()``, csrc/ffi/arguments.h).
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -50,6 +51,21 @@ MAX_PARAMETERS = 64        # first-phase parameters before workspaceSize
 MAX_TENSORS = 64           # aclTensor descriptors, tensor lists' included
 MAX_OTHER_DESCRIPTORS = 32  # aclScalar, arrays and tensor lists
 MAX_ARRAY_VALUES = 256     # aclBoolArray and aclFloatArray values of one call
+
+
+class ExactFloat(float):
+    """A floating parameter's value, equal to another only with the same
+    bits: JAX reuses a compiled call for equal parameters, and ``-0.0 ==
+    0.0`` would give one call the other's sign."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, float) and struct.pack("<d", self) == struct.pack("<d", other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash(struct.pack("<d", self))
 
 
 class Scalar(NamedTuple):
@@ -111,7 +127,7 @@ def _checked(operator: str, name: str, kind: str, value: Any) -> Any:
             with np.errstate(over="ignore"):
                 if not np.isfinite(np.float32(v)):
                     raise ValueError(f"{operator}: {name}={value!r} is beyond float32's range")
-        return v
+        return ExactFloat(v)
     if is_bool or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{operator}: {name}={value!r} is not an integer")
     v = int(value)
@@ -199,7 +215,10 @@ def static_value(operator: str, p: Parameter, value: Any) -> Any:
 def reference_value(value: Any) -> Any:
     """What the reference gets for a parameter's static value: an aclScalar's
     value (a Python or NumPy number), else the value itself."""
-    return value.value if isinstance(value, Scalar) else value
+    value = value.value if isinstance(value, Scalar) else value
+    if isinstance(value, tuple):  # an array's
+        return tuple(reference_value(v) for v in value)
+    return float(value) if isinstance(value, ExactFloat) else value
 
 
 def encode(prototype: Prototype, values: Mapping[str, Any], library: str = "") -> dict[str, Any]:

@@ -383,3 +383,21 @@ def test_a_value_beyond_its_c_type_is_a_value_error(change, match):
                 mask=[True], weights=[1.0], mode="m", cubeMathType=0, group=0)
     with pytest.raises(ValueError, match=match):
         ALL_KINDS(x, None, [x], **{**args, **change})
+
+
+def test_minus_zero_and_zero_are_different_calls():
+    """-0.0 == 0.0 in Python, and JAX reuses a compiled call for equal
+    parameters: the second call received the first's -0 (a hypothesis
+    example of the fuzz above found it)."""
+    x = np.zeros((1,), np.float32)
+    arrived = []
+    for ratio in (-0.0, 0.0, -0.0):
+        recorded()
+        ALL_KINDS(x, None, [x], alpha=np.float32(ratio), betaOptional=None,
+                  flag=True, count=0, ratio=ratio, scale=ratio, dims=[], mask=[], weights=[ratio],
+                  mode="", cubeMathType=0, group=0)
+        arrived.append(recorded()[0].split("; "))
+    assert [a[2] for a in arrived] == ["scalar(f32,-0)", "scalar(f32,0)", "scalar(f32,-0)"]
+    assert [a[6] for a in arrived] == ["-0", "0", "-0"]  # double ratio
+    assert [a[7] for a in arrived] == ["-0", "0", "-0"]  # float scale
+    assert [a[10] for a in arrived] == ["floats[-0]", "floats[0]", "floats[-0]"]
