@@ -15,14 +15,23 @@ prototypes and with dimension rules (batch and sequence partitioned):
 * :func:`dot_product_attention` (aclnnFlashAttentionScore /
   aclnnFlashAttentionScoreGrad)
 * :func:`ragged_dot` (aclnnGroupedMatmulV4)
+
+and a mixture-of-experts layer's: :func:`top_k_routing`
+(aclnnMoeGatingTopKSoftmaxV2), :func:`moe_permute` (aclnnMoeTokenPermute /
+its Grad), :func:`moe_unpermute` (aclnnMoeTokenUnpermute / its Grad) and
+:func:`moe_ffn`, the SwiGLU layer over them and :func:`ragged_dot`, expert
+parallel inside ``shard_map``.
 """
 
 from jax_aclnn.nn._attention import dot_product_attention
 from jax_aclnn.nn._cross_entropy import softmax_cross_entropy_with_integer_labels
+from jax_aclnn.nn._moe import moe_permute, moe_unpermute, top_k_routing
+from jax_aclnn.nn._moe_ffn import moe_ffn
 from jax_aclnn.nn._norm import add_rms_norm, rms_norm
 from jax_aclnn.nn._ragged_dot import ragged_dot
 from jax_aclnn.nn._rope import rotary_embedding
 from jax_aclnn.nn._swiglu import swiglu
 
-__all__ = ["add_rms_norm", "dot_product_attention", "ragged_dot", "rms_norm", "rotary_embedding",
-           "softmax_cross_entropy_with_integer_labels", "swiglu"]
+__all__ = ["add_rms_norm", "dot_product_attention", "moe_ffn", "moe_permute", "moe_unpermute",
+           "ragged_dot", "rms_norm", "rotary_embedding",
+           "softmax_cross_entropy_with_integer_labels", "swiglu", "top_k_routing"]

@@ -47,8 +47,10 @@ _EMPTY = 9
 
 def _groups_of(size, counts):
     """Each index's group along a dimension of ``size`` split by ``counts``
-    (past their total: len(counts), no group)."""
-    return jnp.searchsorted(jnp.cumsum(counts), jnp.arange(size), side="right")
+    (past their total: len(counts), no group). By comparison, not
+    searchsorted: jax 0.7 lowers that one's comparison in a ``shard_map``
+    with the operands' varying axes unmatched."""
+    return jnp.sum(jnp.arange(size)[:, None] >= jnp.cumsum(counts)[None, :], axis=1)
 
 
 def _reference(x, weight, biasOptional, scaleOptional, offsetOptional, antiquantScaleOptional,
