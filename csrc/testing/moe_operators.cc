@@ -1,5 +1,5 @@
-// The test provider's mixture-of-experts operators (test_provider.h), float32
-// on host memory, sums accumulated in double, from CANN's documented
+// The test provider's mixture-of-experts operators (test_provider.h).
+// float32 on host memory, sums accumulated in double, from CANN's documented
 // semantics (hicann/ops-transformer; the full pages at
 // yuanfang-chen/ops-transformer 08dee71d, the headers under
 // moe/<op>/op_host/op_api/aclnn_<op>.h):
