@@ -31,11 +31,9 @@ import jax.numpy as jnp
 
 from jax_aclnn import _compat
 from jax_aclnn._declare import declare
-from jax_aclnn.nn._common import sharded_like, typed_like
+from jax_aclnn.nn._common import check_float, sharded_like, typed_like
 
 _F32 = jnp.float32
-#: The dtypes aclnnFlashAttentionScore takes for query, key and value.
-_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
 #: CANN's compressed causal mask of sparse modes 2-4: 1 above the diagonal.
 _CAUSAL_SIZE = 2048
 #: The size-1 patterns of (B, N, T, S) CANN takes (True: size 1), the most
@@ -430,10 +428,10 @@ def dot_product_attention(query: Any, key: Any, value: Any, bias: Any = None, ma
         raise ValueError(f"dot_product_attention: query (B, T, N, H), key and value (B, S, K, H) "
                          f"with N a positive multiple of K; got {query.shape}, {key.shape}, "
                          f"{value.shape}")
-    if not (query.dtype == key.dtype == value.dtype) or query.dtype not in _DTYPES:
-        raise TypeError(f"dot_product_attention: query, key and value of one dtype CANN takes "
-                        f"(float32, float16 or bfloat16), got {query.dtype}, {key.dtype}, "
-                        f"{value.dtype}")
+    check_float("dot_product_attention", query=query)
+    if not query.dtype == key.dtype == value.dtype:
+        raise TypeError(f"dot_product_attention: query, key and value of one dtype, got "
+                        f"{query.dtype}, {key.dtype}, {value.dtype}")
     b, t, n, h = query.shape
     s = key.shape[1]
     full = (b, n, t, s)
