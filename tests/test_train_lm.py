@@ -30,6 +30,7 @@ def first_loss(out: str) -> str:
     return re.search(r"first step's training loss (\S+)", out)[1]
 
 
+@pytest.mark.long_run
 def test_train_lm_learns_below_the_unigram_baseline_and_exports_the_step(tmp_path):
     exported = tmp_path / "step.bin"
     out = run("train-lm", "--steps", "200", "--quiet", "--sample", "16",
@@ -50,6 +51,7 @@ def test_train_lm_learns_below_the_unigram_baseline_and_exports_the_step(tmp_pat
     assert step.mlir_module().count("stablehlo.custom_call @aclnn_nn_flash_attention_score") == 4
 
 
+@pytest.mark.long_run
 def test_train_lm_on_four_devices_takes_the_same_first_step():
     one = run("train-lm", "--steps", "1", "--quiet")
     four = run("train-lm", "--steps", "1", "--quiet", "--devices", "4")
@@ -57,6 +59,47 @@ def test_train_lm_on_four_devices_takes_the_same_first_step():
     assert first_loss(one) == first_loss(four)
 
 
+MOE_CALLS = {"aclnnGroupedMatmulV4": "18", "aclnnMoeGatingTopKSoftmaxV2": "2",
+             "aclnnMoeTokenPermute": "2", "aclnnMoeTokenPermuteGrad": "2",
+             "aclnnMoeTokenUnpermute": "2", "aclnnMoeTokenUnpermuteGrad": "2"}
+
+
+@pytest.mark.long_run
+def test_a_mixture_of_experts_learns_and_its_exported_step_calls_the_moe_operators(tmp_path):
+    """Issue 45: --experts 8 --top-k 2 below the unigram baseline; the step's
+    NPU lowering holds CANN's MoE operators (per layer: the routing, the
+    permutation and its gradient, the combine and its gradient, three grouped
+    matmuls forward and six backward), the SwiGLU MLP's operators gone."""
+    exported = tmp_path / "step.bin"
+    out = run("train-lm", "--experts", "8", "--top-k", "2", "--steps", "100", "--quiet",
+              "--export-npu", str(exported))
+    assert "8 SwiGLU experts of 64, top 2, load-balancing loss x 0.01" in out
+    baseline = float(re.search(r"unigram baseline \(no context\): (\S+)", out)[1])
+    assert float(re.search(r"-> (\S+) nats/byte", out)[1]) < baseline - 0.3, out
+    calls = dict(re.findall(r"^    (aclnn\w+) +(\d+)$", out, re.M))
+    assert {op: calls.get(op) for op in MOE_CALLS} == MOE_CALLS, out
+    assert "aclnnSwiGlu" not in calls and calls["aclnnApplyAdamWV2"] == "20", out
+    module = jax.export.deserialize(exported.read_bytes()).mlir_module()
+    assert module.count("stablehlo.custom_call @aclnn_nn_moe_token_permute") == 4  # and its grad
+
+
+@pytest.mark.long_run
+def test_expert_parallel_takes_the_same_steps_as_one_device():
+    """Issue 45: the experts split over 4 devices (all_to_all inside
+    shard_map) give one device's losses, with a shared expert."""
+    moe = ["train-lm", "--experts", "8", "--top-k", "2", "--shared-expert", "--steps", "3",
+           "--log-every", "1", "--eval-windows", "4", "--dim", "32", "--hidden", "32",
+           "--seq", "16", "--batch-size", "8", "--quiet"]
+    one = run(*moe)
+    four = run(*moe, "--devices", "4", "--expert-parallel")
+    assert "split over the 4 devices (expert parallel)" in four
+    losses = [[float(v) for v in re.findall(r"train loss (\S+)", out)] for out in (one, four)]
+    assert len(losses[0]) == 3 and losses[0] == pytest.approx(losses[1], rel=1e-5), losses
+    final = [float(re.search(r"-> (\S+) nats/byte", out)[1]) for out in (one, four)]
+    assert final[0] == pytest.approx(final[1], rel=1e-5)
+
+
+@pytest.mark.long_run
 def test_train_lm_on_a_file_of_the_users(tmp_path):
     text = tmp_path / "poem.txt"
     text.write_text("the quick brown fox jumps over the lazy dog\n" * 200)
@@ -78,6 +121,7 @@ def test_train_lm_refuses_bad_options(args, message):
     assert out.returncode == 2 and message in out.stderr, out.stderr
 
 
+@pytest.mark.long_run
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_the_plain_model_is_the_same_model(dtype):
     """bench's language-model baseline (train_lm.PLAIN: jax.numpy, jax.nn,
@@ -100,6 +144,18 @@ def test_the_plain_model_is_the_same_model(dtype):
         assert_close(ours, f64(plain), jnp.dtype(dtype), scale=16.0)
     row = llm_step.measure("tiny", cfg, 2, repeats=1, dtype=dtype)
     assert all(row[f"{m}_s"] > 0 and row[f"{m}_compile_s"] > 0 for m in llm_step.MODES)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--expert-parallel"], "--expert-parallel needs --experts E"),
+    (["--shared-expert"], "--shared-expert needs --experts E"),
+    (["--experts", "2", "--top-k", "3"], "--top-k 3 must be at most --experts 2"),
+    (["--experts", "6", "--devices", "4", "--batch-size", "8", "--expert-parallel"],
+     "--experts 6 and --seq 64 must be multiples of --devices 4"),
+])
+def test_mixture_of_experts_options_that_do_not_fit_are_refused(args, message, capsys):
+    assert main(["train-lm", *args]) == 2
+    assert message in capsys.readouterr().err
 
 
 # --- regressions of issue 44: each failed with a traceback, a hang, or in silence -------------

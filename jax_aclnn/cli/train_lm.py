@@ -9,6 +9,16 @@ forward and backward run CANN's fused aclnn operators
 download: by default the source files of the Python standard library that
 runs this command; ``--data`` takes a file or a directory of your own.
 
+``--experts E --top-k K`` replaces each SwiGLU MLP by a mixture of E SwiGLU
+experts (``jax_aclnn.nn.moe_ffn``: CANN's routing, permutation and grouped
+matmul operators), optionally beside one shared expert
+(``--shared-expert``); Switch's load-balancing loss, averaged over the
+layers, is added to the cross entropy with ``--load-balancing-coef``
+(default 0.01, Switch Transformer's); the losses printed are the cross
+entropy alone. ``--expert-parallel`` splits the experts over the
+``--devices`` (``moe_ffn``'s ``expert_axis`` inside ``jax.shard_map``,
+tokens exchanged with ``jax.lax.all_to_all``).
+
 The held-out split is evaluated by one ``jax.vmap``'d call; ``--devices N``
 trains data parallel (host devices on the CPU); the summary lists the
 aclnn operators each step calls on an NPU and how often, and
@@ -23,6 +33,7 @@ with the advice to lower ``--lr``.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import sysconfig
@@ -37,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.sharding import NamedSharding
+from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from tqdm import tqdm
 
@@ -73,10 +84,21 @@ class Config:
     kv_heads: int
     hidden: int
     seq: int
+    #: Mixture of experts: ``experts`` SwiGLU experts of ``expert_hidden``
+    #: each, ``top_k`` per token, and the dense MLP beside them as a shared
+    #: expert if ``shared_expert`` (``experts == 0``: the dense MLP alone).
+    experts: int = 0
+    top_k: int = 2
+    expert_hidden: int = 0
+    shared_expert: bool = False
 
     @property
     def head_dim(self) -> int:
         return self.dim // self.heads
+
+    @property
+    def dense_mlp(self) -> bool:
+        return not self.experts or self.shared_expert
 
 
 def read_text(path: str | None) -> tuple[np.ndarray, str]:
@@ -124,18 +146,44 @@ def files_below(root: Path) -> Iterator[Path]:
 
 def init(cfg: Config, key: jax.Array) -> dict[str, Any]:
     """The parameters: float32, scaled normal initialisation."""
-    keys = iter(jax.random.split(key, 2 + 5 * cfg.layers))
+    per_layer = 9 if cfg.experts else 5  # (the dense model's draws as they always were)
+    keys = iter(jax.random.split(key, 2 + per_layer * cfg.layers))
     normal = lambda shape, fan_in: jax.random.normal(next(keys), shape) / math.sqrt(fan_in)  # noqa: E731
     h, kv = cfg.head_dim, cfg.kv_heads * cfg.head_dim
-    layers = [{
-        "norm1": jnp.ones(cfg.dim), "norm2": jnp.ones(cfg.dim),
-        "wq": normal((cfg.dim, cfg.heads * h), cfg.dim), "wkv": normal((cfg.dim, 2 * kv), cfg.dim),
-        "wo": normal((cfg.heads * h, cfg.dim), cfg.dim * cfg.layers),
-        "up": normal((cfg.dim, 2 * cfg.hidden), cfg.dim),
-        "down": normal((cfg.hidden, cfg.dim), cfg.hidden * cfg.layers),
-    } for _ in range(cfg.layers)]
+    e, f = cfg.experts, cfg.expert_hidden
+
+    def layer() -> dict[str, jax.Array]:
+        weights = {
+            "norm1": jnp.ones(cfg.dim), "norm2": jnp.ones(cfg.dim),
+            "wq": normal((cfg.dim, cfg.heads * h), cfg.dim),
+            "wkv": normal((cfg.dim, 2 * kv), cfg.dim),
+            "wo": normal((cfg.heads * h, cfg.dim), cfg.dim * cfg.layers)}
+        if cfg.dense_mlp:
+            weights.update(up=normal((cfg.dim, 2 * cfg.hidden), cfg.dim),
+                           down=normal((cfg.hidden, cfg.dim), cfg.hidden * cfg.layers))
+        if e:
+            weights.update(router=normal((cfg.dim, e), cfg.dim),
+                           **{w: normal((e, cfg.dim, f), cfg.dim) for w in EXPERT_WEIGHTS[:2]},
+                           w_down=normal((e, f, cfg.dim), f * cfg.layers))
+        return weights
+
     return {"embed": normal((VOCAB, cfg.dim), cfg.dim), "norm": jnp.ones(cfg.dim),
-            "layers": layers}
+            "layers": [layer() for _ in range(cfg.layers)]}
+
+
+#: The experts' weights, split along their first dimension (the experts)
+#: under ``--expert-parallel``.
+EXPERT_WEIGHTS = ("w_gate", "w_up", "w_down")
+
+
+def parameter_specs(tree: Any, expert_parallel: bool) -> Any:
+    """The partition spec of each leaf of ``tree`` (the parameters, or
+    AdamW's state holding copies of them): the experts' weights split over
+    the devices under ``expert_parallel``, everything else replicated."""
+    def spec(path: tuple[Any, ...], leaf: Any) -> P:
+        name = getattr(path[-1], "key", None) if path else None
+        return P(BATCH_AXIS) if expert_parallel and name in EXPERT_WEIGHTS else P()
+    return jax.tree_util.tree_map_with_path(spec, tree)
 
 
 def rope_tables(cfg: Config) -> tuple[np.ndarray, np.ndarray]:
@@ -176,12 +224,43 @@ PLAIN = SimpleNamespace(
     softmax_cross_entropy_with_integer_labels=optax.softmax_cross_entropy_with_integer_labels)
 
 
-def logits(params: dict[str, Any], tokens: jax.Array, cfg: Config, ops: Any = nn) -> jax.Array:
+def mlp(m: jax.Array, layer: dict[str, jax.Array], cfg: Config, ops: Any = nn,
+        expert_mesh: Mesh | None = None) -> tuple[jax.Array, jax.Array]:
+    """A layer's feed-forward block of ``(B, T, dim)`` activations and its
+    load-balancing loss: the SwiGLU MLP (loss 0), or the mixture of experts
+    (``ops.moe_ffn``; with the MLP added as a shared expert if
+    ``cfg.shared_expert``), expert parallel over ``expert_mesh``'s axis."""
+    dense = ops.swiglu(m @ layer["up"]) @ layer["down"] if cfg.dense_mlp else 0.0
+    if not cfg.experts:
+        return dense, jnp.zeros((), jnp.float32)
+    b, t, d = m.shape
+    weights = (layer["router"], *(layer[w] for w in EXPERT_WEIGHTS))
+
+    def moe(x, router, w_gate, w_up, w_down, expert_axis=None):
+        y, aux = ops.moe_ffn(x, router, w_gate, w_up, w_down, k=cfg.top_k,
+                             expert_axis=expert_axis)
+        return y, aux["load_balancing_loss"]
+
+    if expert_mesh is None:
+        y, balance = moe(m.reshape(b * t, d), *weights)
+    else:  # tokens and experts split over the axis; the loss is over all tokens (psum)
+        split = P(BATCH_AXIS)
+        y, balance = jax.shard_map(
+            functools.partial(moe, expert_axis=BATCH_AXIS), mesh=expert_mesh,
+            in_specs=(split, P(), split, split, split), out_specs=(split, P()),
+        )(m.reshape(b * t, d), *weights)
+    return y.reshape(b, t, d) + dense, balance
+
+
+def forward(params: dict[str, Any], tokens: jax.Array, cfg: Config, ops: Any = nn,
+            expert_mesh: Mesh | None = None) -> tuple[jax.Array, jax.Array]:
     """``(B, T, 256)`` next-byte logits of ``(B, T)`` bytes, through ``ops``
-    (``jax_aclnn.nn``, or :data:`PLAIN`)."""
+    (``jax_aclnn.nn``, or :data:`PLAIN`), and the load-balancing loss
+    averaged over the layers (0 for the dense model)."""
     b, t = tokens.shape
     cos, sin = (v[:t] for v in rope_tables(cfg))
     x = params["embed"][tokens]
+    balance = []
     for layer in params["layers"]:
         a = ops.rms_norm(x, layer["norm1"])
         q = (a @ layer["wq"]).reshape(b, t, cfg.heads, cfg.head_dim)
@@ -189,15 +268,32 @@ def logits(params: dict[str, Any], tokens: jax.Array, cfg: Config, ops: Any = nn
         q, k = ops.rotary_embedding(q, cos, sin), ops.rotary_embedding(k, cos, sin)
         attended = ops.dot_product_attention(q, k, v, is_causal=True).reshape(b, t, -1)
         m, x = ops.add_rms_norm(x, attended @ layer["wo"], layer["norm2"])
-        x = x + ops.swiglu(m @ layer["up"]) @ layer["down"]
-    return ops.rms_norm(x, params["norm"]) @ params["embed"].T
+        out, layer_balance = mlp(m, layer, cfg, ops, expert_mesh)
+        x = x + out
+        balance.append(layer_balance)
+    return ops.rms_norm(x, params["norm"]) @ params["embed"].T, jnp.mean(jnp.stack(balance))
 
 
-def loss_fn(params: dict[str, Any], windows: jax.Array, cfg: Config, ops: Any = nn) -> jax.Array:
+def logits(params: dict[str, Any], tokens: jax.Array, cfg: Config, ops: Any = nn,
+           expert_mesh: Mesh | None = None) -> jax.Array:
+    """``(B, T, 256)`` next-byte logits of ``(B, T)`` bytes, through ``ops``
+    (``jax_aclnn.nn``, or :data:`PLAIN`)."""
+    return forward(params, tokens, cfg, ops, expert_mesh)[0]
+
+
+def losses(params: dict[str, Any], windows: jax.Array, cfg: Config, ops: Any = nn,
+           expert_mesh: Mesh | None = None) -> tuple[jax.Array, jax.Array]:
+    """The mean next-byte cross entropy (nats) of ``(B, T + 1)`` byte
+    windows and the load-balancing loss (:func:`forward`)."""
+    out, balance = forward(params, windows[:, :-1], cfg, ops, expert_mesh)
+    return jnp.mean(ops.softmax_cross_entropy_with_integer_labels(out, windows[:, 1:])), balance
+
+
+def loss_fn(params: dict[str, Any], windows: jax.Array, cfg: Config, ops: Any = nn,
+            expert_mesh: Mesh | None = None) -> jax.Array:
     """Mean next-byte cross entropy (nats) of ``(B, T + 1)`` byte windows,
     through ``ops`` (``jax_aclnn.nn``, or :data:`PLAIN`)."""
-    out = logits(params, windows[:, :-1], cfg, ops)
-    return jnp.mean(ops.softmax_cross_entropy_with_integer_labels(out, windows[:, 1:]))
+    return losses(params, windows, cfg, ops, expert_mesh)[0]
 
 
 def unigram_baseline(train: np.ndarray, val: np.ndarray) -> float:
@@ -223,20 +319,27 @@ def memory_needed(cfg: Config, batch: int, eval_windows: int) -> int:
     defaults, a wider and deeper model, a longer context, a larger hidden
     size, a wider single layer)."""
     kv = cfg.kv_heads * cfg.head_dim
+    hidden = cfg.hidden if cfg.dense_mlp else 0
+    # a mixture of experts: each token's k rows through an expert (in, out,
+    # hidden units), the router's and experts' weights
+    k, f = (cfg.top_k, cfg.expert_hidden) if cfg.experts else (0, 0)
     params = (VOCAB * cfg.dim + cfg.dim
-              + cfg.layers * (2 * cfg.dim + 2 * cfg.dim * (cfg.dim + kv) + 3 * cfg.dim * cfg.hidden))
+              + cfg.layers * (2 * cfg.dim + 2 * cfg.dim * (cfg.dim + kv) + 3 * cfg.dim * hidden
+                              + cfg.experts * cfg.dim * (1 + 3 * f)))
     attention = cfg.heads * cfg.seq * cfg.seq
-    step = batch * (cfg.seq * (4 * VOCAB + cfg.layers * (8 * cfg.dim + 4 * cfg.hidden))
+    step = batch * (cfg.seq * (4 * VOCAB + cfg.layers * (8 * cfg.dim + 4 * hidden
+                                                         + k * (2 * cfg.dim + 4 * f)))
                     + 2 * cfg.layers * attention)
-    evaluation = eval_windows * (cfg.seq * (VOCAB + 4 * cfg.dim + 3 * cfg.hidden) + 2 * attention)
+    evaluation = eval_windows * (cfg.seq * (VOCAB + 4 * cfg.dim + 3 * hidden
+                                            + k * (2 * cfg.dim + 3 * f)) + 2 * attention)
     return 4 * (6 * params + step + evaluation)
 
 
 def sample(params: dict[str, Any], cfg: Config, prompt: bytes, length: int,
-           key: jax.Array, temperature: float) -> bytes:
+           key: jax.Array, temperature: float, expert_mesh: Mesh | None = None) -> bytes:
     """``length`` bytes generated after ``prompt`` (the model's last
     ``seq`` bytes of context, sampled at ``temperature``)."""
-    step = jax.jit(lambda p, w: logits(p, w[None], cfg)[0])
+    step = jax.jit(lambda p, w: logits(p, w[None], cfg, expert_mesh=expert_mesh)[0])
     out = list(prompt) or [10]
     for _ in range(length):
         context = out[-cfg.seq:]
@@ -267,8 +370,12 @@ def check_options(args: argparse.Namespace, cfg: Config) -> None:
     if args.dim % args.heads or args.heads % args.kv_heads or cfg.head_dim % 2:
         raise UsageError(f"--dim {args.dim} must split into --heads {args.heads} of an even size, "
                          f"and --heads into --kv-heads {args.kv_heads} groups")
+    check_experts(args, cfg)
     sizes = {"--dim": cfg.dim, "--layers": cfg.layers, "--heads": cfg.heads, "--hidden": cfg.hidden,
              "--seq": cfg.seq, "--batch-size": args.batch_size, "--eval-windows": args.eval_windows}
+    if cfg.experts:
+        sizes.update({"--experts": cfg.experts, "--top-k": cfg.top_k,
+                      "--expert-hidden": cfg.expert_hidden})
     check_memory(memory_needed(cfg, args.batch_size, args.eval_windows),
                  "a run of " + ", ".join(f"{option} {n}" for option, n in sizes.items()),
                  "choose smaller values")
@@ -276,8 +383,49 @@ def check_options(args: argparse.Namespace, cfg: Config) -> None:
         check_output_file("--export-npu", args.export_npu, "step.bin")
 
 
+def check_experts(args: argparse.Namespace, cfg: Config) -> None:
+    """Refuses mixture-of-experts options that do not fit together: k
+    experts of E, E split evenly over the devices and each window's tokens
+    too (``--expert-parallel``), MoE options without ``--experts``."""
+    moe_options = [name for name, given in (("--shared-expert", args.shared_expert),
+                                            ("--expert-parallel", args.expert_parallel),
+                                            ("--expert-hidden", args.expert_hidden))
+                   if given]
+    if not cfg.experts:
+        if moe_options:
+            raise UsageError(f"{moe_options[0]} needs --experts E (a mixture of experts)")
+        return
+    if cfg.top_k > cfg.experts:
+        raise UsageError(f"--top-k {cfg.top_k} must be at most --experts {cfg.experts}")
+    if args.expert_parallel and (cfg.experts % args.devices or cfg.seq % args.devices):
+        raise UsageError(f"--expert-parallel: --experts {cfg.experts} and --seq {cfg.seq} "
+                         f"must be multiples of --devices {args.devices}")
+
+
+def make_config(args: argparse.Namespace) -> Config:
+    """The model of the options; an expert's hidden size is ``--expert-hidden``,
+    by default ``--hidden / --top-k`` (rounded up): the dense MLP's compute per
+    token."""
+    experts = args.experts or 0
+    expert_hidden = args.expert_hidden or -(-args.hidden // args.top_k)
+    return Config(args.dim, args.layers, args.heads, args.kv_heads, args.hidden, args.seq,
+                  experts, args.top_k if experts else 2, expert_hidden if experts else 0,
+                  bool(experts and args.shared_expert))
+
+
+def describe_mlp(cfg: Config, args: argparse.Namespace) -> str:
+    """The feed-forward block, as the run's header says it."""
+    if not cfg.experts:
+        return f"SwiGLU {cfg.hidden}"
+    shared = f" beside a shared SwiGLU {cfg.hidden}" if cfg.shared_expert else ""
+    parallel = (f", split over the {args.devices} devices (expert parallel)"
+                if args.expert_parallel else "")
+    return (f"{cfg.experts} SwiGLU experts of {cfg.expert_hidden}, top {cfg.top_k}{shared}"
+            f"{parallel}, load-balancing loss x {args.load_balancing_coef:g}")
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    cfg = Config(args.dim, args.layers, args.heads, args.kv_heads, args.hidden, args.seq)
+    cfg = make_config(args)
     check_options(args, cfg)
     mesh = data_parallel_mesh(args.devices, args.batch_size)  # before anything starts JAX
     text, source = read_text(args.data)
@@ -291,23 +439,31 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     baseline = unigram_baseline(train, val)
     print(f"train-lm: {len(text):,} bytes of {source}; {len(train):,} train, {len(val):,} held out")
     print(f"  model: {cfg.layers} layers, dim {cfg.dim}, {cfg.heads} query heads over "
-          f"{cfg.kv_heads} key/value heads, SwiGLU {cfg.hidden}, context {cfg.seq} bytes; "
-          f"data-parallel over {args.devices} {mesh.devices.flat[0].platform} device(s)")
+          f"{cfg.kv_heads} key/value heads, {describe_mlp(cfg, args)}, context {cfg.seq} "
+          f"bytes; data-parallel over {args.devices} {mesh.devices.flat[0].platform} device(s)")
     print(f"  unigram baseline (no context): {baseline:.3f} nats/byte")
 
     params = init(cfg, jax.random.key(args.seed))
     tx = aclnn_optax.adamw(optax.cosine_decay_schedule(args.lr, args.steps), weight_decay=0.01)
     opt_state = tx.init(params)
-    replicated, sharded = NamedSharding(mesh, P()), NamedSharding(mesh, P(BATCH_AXIS))
-    params, opt_state = jax.device_put((params, opt_state), replicated)
+    state = (params, opt_state)
+    params, opt_state = jax.device_put(state, jax.tree.map(
+        lambda spec: NamedSharding(mesh, spec), parameter_specs(state, args.expert_parallel)))
+    sharded = NamedSharding(mesh, P(BATCH_AXIS))
+    expert_mesh = mesh if args.expert_parallel else None
+
+    def objective(params, batch):  # the cross entropy plus the weighted load-balancing loss
+        cross_entropy, balance = losses(params, batch, cfg, expert_mesh=expert_mesh)
+        return cross_entropy + args.load_balancing_coef * balance, cross_entropy
 
     def step(params, opt_state, batch):
-        loss, grads = jax.value_and_grad(loss_fn)(params, batch, cfg)
+        (_, loss), grads = jax.value_and_grad(objective, has_aux=True)(params, batch)
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
     train_step = jax.jit(step, donate_argnums=(0, 1))
-    evaluate = jax.jit(jax.vmap(lambda p, w: loss_fn(p, w[None], cfg), in_axes=(None, 0)))
+    evaluate = jax.jit(jax.vmap(lambda p, w: loss_fn(p, w[None], cfg, expert_mesh=expert_mesh),
+                                in_axes=(None, 0)))
     initial = float(evaluate(params, val_windows).mean())
     print(f"  validation loss before training: {initial:.3f}")
 
@@ -354,7 +510,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"  the step exported for cpu and npu: {args.export_npu}")
     if args.sample:
         text_out = sample(params, cfg, args.prompt, args.sample, jax.random.key(args.seed + 1),
-                          args.temperature)
+                          args.temperature, expert_mesh)
         print("\nSample:\n" + (args.prompt + text_out).decode("utf-8", errors="replace"))
     return {"initial_validation_loss": initial, "validation_loss": final,
             "unigram_baseline": baseline, "first_loss": first, "seconds": elapsed,
@@ -371,6 +527,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--heads", type=integer(1), default=4, help="query heads (default: %(default)s)")
     p.add_argument("--kv-heads", type=integer(1), default=2, help="key/value heads, grouped-query attention (default: %(default)s)")
     p.add_argument("--hidden", type=integer(1), default=128, help="SwiGLU hidden size (default: %(default)s)")
+    p.add_argument("--experts", type=integer(1), metavar="E", help="a mixture of E SwiGLU experts in each layer instead of the SwiGLU MLP (default: the dense MLP)")
+    p.add_argument("--top-k", type=integer(1), default=2, metavar="K", help="experts per token, with --experts (default: %(default)s)")
+    p.add_argument("--expert-hidden", type=integer(1), metavar="N", help="an expert's SwiGLU hidden size (default: --hidden / --top-k, the dense MLP's compute per token)")
+    p.add_argument("--shared-expert", action="store_true", help="keep the dense SwiGLU MLP beside the experts, as a shared expert every token goes through")
+    p.add_argument("--load-balancing-coef", type=positive_float, default=0.01, help="weight of Switch's load-balancing loss in the training objective, with --experts (default: %(default)s, Switch Transformer's)")
+    p.add_argument("--expert-parallel", action="store_true", help="split the experts over the --devices (each device computes its own experts; tokens exchanged with all_to_all)")
     p.add_argument("--lr", type=positive_float, default=3e-3, help="AdamW peak learning rate, cosine decay (default: %(default)s)")
     p.add_argument("--devices", type=integer(1, MAX_DEVICES), default=1, help="data-parallel devices (on the CPU: host devices) (default: %(default)s)")
     p.add_argument("--eval-windows", type=integer(1), default=256, help="held-out windows, evaluated by one vmapped call (default: %(default)s)")
