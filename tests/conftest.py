@@ -66,18 +66,27 @@ OPERATOR_TESTS = {
 def pytest_configure(config):
     config.addinivalue_line("markers", "operators: a test of every operator, or of the build, "
                                        "layout and docs (docs/adding-an-operator.md's check)")
+    config.addinivalue_line("markers", "long_run: a command's whole run (training, bench), tens "
+                                       "of seconds each: run with --long-runs")
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
+    long_runs = config.getoption("--long-runs")
+    skip = pytest.mark.skip(reason="a long run: pytest --long-runs runs it")
     for item in items:
         if item.path.name in OPERATOR_TESTS:
             item.add_marker(pytest.mark.operators)
+        if "long_run" in item.keywords and not long_runs:
+            item.add_marker(skip)
 
 
 def pytest_addoption(parser):
     parser.addoption("--sharding-matrix", choices=("fast", "full"), default="fast",
                      help="tests/test_sharding_matrix.py: its named fast subset (the "
                           "default) or the whole matrix")
+    parser.addoption("--long-runs", action="store_true",
+                     help="also run the tests marked long_run: the commands' whole runs "
+                          "(CI runs them in a step of their own)")
 
 
 #: Environment variable overriding every test's seed (to replay or vary runs).

@@ -215,6 +215,7 @@ def test_info_folds_long_values_in_a_terminal():
                            for line in text.splitlines())
 
 
+@pytest.mark.long_run
 def test_bench_small_run_writes_its_results(tmp_path):
     import json
 
@@ -299,6 +300,7 @@ def test_bench_times_each_repeat_as_the_median_call_of_a_burst(monkeypatch):
     assert row["vs_xla_alt"] == statistics.median((x % 5 + 1) / (a % 5 + 1) for a, x in alt)
 
 
+@pytest.mark.long_run
 def test_train_data_parallel_matches_one_device():
     def curve(devices: str) -> list[str]:
         out = run("train", "--epochs", "2", "--ensemble", "2", "--quiet", "--devices", devices)
