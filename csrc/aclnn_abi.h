@@ -87,6 +87,10 @@ enum {
   X(aclnnStatus, aclnn##Name,                                                        \
     (void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,               \
      aclrtStream stream))
+// The same for the catalogue's operators that the host provider implements
+// (JAX_ACLNN_HOST_CATALOGUE_WITH in operators.h).
+#define ACLNN_ABI_CATALOGUE_FUNCTIONS(X, Name, parameters) \
+  ACLNN_ABI_OPERATOR_FUNCTIONS(X, Name, _, parameters)
 #define ACLNN_ABI_FIRST_PHASE(...) \
   (__VA_ARGS__, uint64_t* workspaceSize, aclOpExecutor** executor)
 
@@ -128,6 +132,7 @@ enum {
   __attribute__((visibility("default"))) ret name params;
 ACLNN_ABI_FUNCTIONS(ACLNN_DECLARE_FUNCTION)
 JAX_ACLNN_OPERATORS_WITH(ACLNN_ABI_OPERATOR_FUNCTIONS, ACLNN_DECLARE_FUNCTION)
+JAX_ACLNN_HOST_CATALOGUE_WITH(ACLNN_ABI_CATALOGUE_FUNCTIONS, ACLNN_DECLARE_FUNCTION)
 #undef ACLNN_DECLARE_FUNCTION
 
 // A provider's aclSetInputTensorAddr and aclSetOutputTensorAddr, both its

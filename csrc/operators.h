@@ -30,6 +30,24 @@
      aclTensor* gradWeight, aclTensor* gradBias))                                         \
   /* new operators: above this line */
 
+// The catalogue's operators that the host provider implements as well
+// (jax_aclnn.nn declares them, with these prototypes: tests/test_build.py
+// checks both): X(A, Name, parameters) as above, but no built-in JAX
+// function, and no OpId.
+#define JAX_ACLNN_HOST_CATALOGUE_WITH(X, A)                                               \
+  X(A, RmsNorm,                                                                           \
+    (const aclTensor* x, const aclTensor* gamma, double epsilon, const aclTensor* yOut,   \
+     const aclTensor* rstdOut))                                                           \
+  X(A, AddRmsNorm,                                                                        \
+    (const aclTensor* x1, const aclTensor* x2, const aclTensor* gamma, double epsilon,    \
+     aclTensor* yOut, aclTensor* rstdOut, aclTensor* xOut))                               \
+  X(A, RmsNormGrad,                                                                       \
+    (const aclTensor* dy, const aclTensor* x, const aclTensor* rstd,                      \
+     const aclTensor* gamma, const aclTensor* dxOut, const aclTensor* dgammaOut))         \
+  X(A, SwiGlu, (const aclTensor* x, int64_t dim, const aclTensor* out))                   \
+  X(A, SwiGluGrad,                                                                        \
+    (const aclTensor* yGrad, const aclTensor* x, int64_t dim, const aclTensor* out))
+
 #define JAX_ACLNN_OPERATORS(X) JAX_ACLNN_OPERATORS_WITH(JAX_ACLNN_OPERATOR_NAMES, X)
 #define JAX_ACLNN_OPERATOR_NAMES(X, Name, name, parameters) X(Name, name)
 

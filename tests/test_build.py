@@ -162,13 +162,42 @@ def test_compile_flags_agree(cmake_target, bazel_target):
     assert set(bazel.get("local_defines", [])) == cmake["definitions"], advice
 
 
+def host_catalogue() -> dict[str, str]:
+    """{aclnn operator: its first phase's prototype} of the catalogue's
+    operators the host provider implements (csrc/operators.h's
+    JAX_ACLNN_HOST_CATALOGUE_WITH list)."""
+    text = (ROOT / "csrc" / "operators.h").read_text()
+    body = re.search(r"#define JAX_ACLNN_HOST_CATALOGUE_WITH\(X, A\)(.*?)\n\n", text, re.S).group(1)
+    body = re.sub(r"\\\n", " ", body)
+    return {f"aclnn{name}": f"aclnnStatus aclnn{name}GetWorkspaceSize({params}, uint64_t "
+            f"*workspaceSize, aclOpExecutor **executor)"
+            for name, params in re.findall(r"X\(A,\s*(\w+),\s*\((.*?)\)\)", body, re.S)}
+
+
+def test_the_host_catalogue_has_the_prototypes_jax_aclnn_nn_declares():
+    """The host provider implements some of jax_aclnn.nn's declared
+    operators (issue 46) with exactly the prototypes they declare."""
+    from jax_aclnn import _prototype, nn  # noqa: F401  (declares the catalogue)
+    from jax_aclnn._primitive import OPERATORS
+
+    declared = {op.aclnn_name: op.prototype for op in OPERATORS.values()
+                if getattr(op, "prototype", None) is not None}
+    catalogue = host_catalogue()
+    assert set(catalogue) == {"aclnnRmsNorm", "aclnnAddRmsNorm", "aclnnRmsNormGrad",
+                              "aclnnSwiGlu", "aclnnSwiGluGrad"}
+    for name, text in catalogue.items():
+        ours = [(p.name, p.kind) for p in _prototype.parse(text).parameters]
+        assert ours == [(p.name, p.kind) for p in declared[name].parameters], name
+
+
 def test_host_provider_exports_exactly_the_aclnn_abi():
     from jax_aclnn import _loading, _prototype
 
     abi = (ROOT / "csrc" / "aclnn_abi.h").read_text()
     declared = set(re.findall(r"X\([^,]+,\s*(acl\w+)\b(?!#)", abi))
-    # each operator's two phases, from the operator list's prototypes
-    for text in _loading._aclnn_ffi.operator_prototypes().values():
+    # each operator's two phases, from the operator list's prototypes and
+    # the host catalogue's
+    for text in [*_loading._aclnn_ffi.operator_prototypes().values(), *host_catalogue().values()]:
         prototype = _prototype.parse(text)
         declared |= {prototype.first_phase, prototype.name}
     out = subprocess.run(["nm", "-D", "--defined-only", str(_loading.HOST_PROVIDER_LIBRARY)],
@@ -354,6 +383,6 @@ def test_the_kernels_compile_for_every_x86_64_cpu_a_native_build_may_target(marc
     out = subprocess.run(
         ["c++", "-std=c++17", "-fsyntax-only", "-fopenmp-simd", f"-march={march}",
          "-I", str(ROOT / "csrc"), "-DJAX_ACLNN_KERNEL_TARGET=native",
-         str(ROOT / "csrc/host/kernels.cc"), str(ROOT / "csrc/host/batch_norm_kernel.cc")],
+         *(str(ROOT / src) for src in sorted(cmake_sources("ACLNN_HOST_KERNEL_SOURCES")))],
         capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-4000:]

@@ -3,10 +3,13 @@ against independent oracles: PyTorch's CPU kernels (torch.nn.functional's
 rms_norm, silu and cross_entropy, torch.optim.AdamW), RoPE written in
 float64 NumPy, optax and Flax themselves.
 
-In this process CPU has no provider of these operators, so their pure-JAX
-references run (the custom VJPs and the declared operators' bindings
-around them are the ones an NPU runs); tests/test_nn_standin.py runs the
-same functions through the test provider's aclnn operators.
+In this process the CPU's host provider runs the RMSNorm and SwiGLU
+operators (aclnnRmsNorm, aclnnAddRmsNorm, aclnnRmsNormGrad, aclnnSwiGlu,
+aclnnSwiGluGrad: tests/test_host_llm_kernels.py); it has none of the
+others, whose pure-JAX references run (the custom VJPs and the declared
+operators' bindings around them are the ones an NPU runs);
+tests/test_nn_standin.py runs the same functions through the test
+provider's aclnn operators.
 """
 
 from __future__ import annotations
@@ -277,7 +280,9 @@ def test_the_functions_under_jit_vmap_and_grad(rng):
     with aclnn.reference_path():
         want = jax.vmap(jax.value_and_grad(block))(x)
     for a, b in zip(jax.tree.leaves(per_example), jax.tree.leaves(want)):
-        np.testing.assert_allclose(a, b, rtol=tolerance("float32"))
+        # the host kernels against the references: float32 sums in another order
+        np.testing.assert_allclose(a, b, rtol=tolerance("float32"),
+                                   atol=tolerance("float32") * np.max(np.abs(b)))
 
 
 # --- the model of tests/llm_model.py -----------------------------------------------------
@@ -310,15 +315,16 @@ def test_the_exported_step_holds_one_aclnn_call_per_use_for_the_npu():
                                  disabled_checks=aclnn.export_disabled_checks())(leaves, x, y)
     text = exported.mlir_module()
     count = lambda target: text.count(f"stablehlo.custom_call @{target}(")  # noqa: E731
-    assert {t: count(t) for t in ("aclnn_nn_rms_norm", "aclnn_nn_rms_norm_grad", "aclnn_nn_swiglu",
-                                  "aclnn_nn_swiglu_grad", "aclnn_nn_rotary_position_embedding_1s1d",
-                                  "aclnn_nn_rotary_position_embedding_grad_1s1d",
-                                  "aclnn_nn_cross_entropy_loss", "aclnn_nn_cross_entropy_loss_grad",
-                                  "aclnn_optax_apply_adam_w_v2")} == {
+    per_use = {  # the NPU's calls: one per use
         "aclnn_nn_rms_norm": 2, "aclnn_nn_rms_norm_grad": 2, "aclnn_nn_swiglu": 1,
         "aclnn_nn_swiglu_grad": 1, "aclnn_nn_rotary_position_embedding_1s1d": 1,
         "aclnn_nn_rotary_position_embedding_grad_1s1d": 1, "aclnn_nn_cross_entropy_loss": 1,
         "aclnn_nn_cross_entropy_loss_grad": 1, "aclnn_optax_apply_adam_w_v2": 6}
+    # the CPU's branch calls the operators the host provider has too (issue 46)
+    on_the_cpu_too = {"aclnn_nn_rms_norm", "aclnn_nn_rms_norm_grad", "aclnn_nn_swiglu",
+                      "aclnn_nn_swiglu_grad"}
+    assert {t: count(t) for t in per_use} == {
+        t: n * (2 if t in on_the_cpu_too else 1) for t, n in per_use.items()}
     assert len(exported.serialize()) > 0
 
 

@@ -96,21 +96,6 @@ inline void AddGroup(const T* g, const T* x, T m, T& dy, T& xmu) {
   xmu += (g[0] * (x[0] - m) + g[1] * (x[1] - m)) + (g[2] * (x[2] - m) + g[3] * (x[3] - m));
 }
 
-// One element (T = float) or kLanes elements (T = Vec) of type D (float32,
-// float16 or bfloat16) at p, as floats.
-template <aclDataType D, typename T>
-inline T LoadFloats(const char* p) {
-  if constexpr (D == ACL_FLOAT) {
-    T v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-  } else if constexpr (std::is_same_v<T, float>) {
-    return LoadScalar<D>(reinterpret_cast<const uint16_t*>(p));
-  } else {
-    return LoadVec<D>(reinterpret_cast<const uint16_t*>(p));
-  }
-}
-
 // The same from a group of rows of type D a vector at a time (the
 // compiler left the float loop that did this scalar: 0.8x XLA's reduction
 // at 1M float32 elements). Half-precision rows are prefetched

@@ -1,7 +1,8 @@
 // Run-time CPU dispatch of the kernels. CMakeLists.txt compiles the kernels
-// (kernels.cc, batch_norm_kernel.cc) once per CPU target (a baseline build
-// for any x86-64 or aarch64 CPU; x86-64-v3/-v4: AVX2, FMA and F16C, then
-// AVX-512; armv8.2-a+sve: SVE), each copy in its own namespace
+// (kernels.cc, batch_norm_kernel.cc, rms_norm_kernel.cc, swiglu_kernel.cc)
+// once per CPU target (a baseline build for any x86-64 or aarch64 CPU;
+// x86-64-v3/-v4: AVX2, FMA and F16C, then AVX-512; armv8.2-a+sve: SVE),
+// each copy in its own namespace
 // jax_aclnn::host::<target>; the first call picks the best one the CPU
 // supports. The opt-in native build has a single target, "native".
 #include "host/kernels.h"
@@ -38,13 +39,21 @@ struct Kernels {
   decltype(&RunPointwise) run_pointwise;
   decltype(&BatchNormReduceWorkspaceSize) batch_norm_reduce_workspace_size;
   decltype(&RunBatchNormReduce) run_batch_norm_reduce;
+  decltype(&RmsNormWorkspaceSize) rms_norm_workspace_size;
+  decltype(&RunRmsNorm) run_rms_norm;
+  decltype(&RmsNormGradWorkspaceSize) rms_norm_grad_workspace_size;
+  decltype(&RunRmsNormGrad) run_rms_norm_grad;
+  decltype(&RunSwiGlu) run_swiglu;
+  decltype(&RunSwiGluGrad) run_swiglu_grad;
   decltype(&HalfConversions) half_conversions;
 };
 
-#define JAX_ACLNN_KERNELS_OF(target, name)                                      \
-  Kernels {                                                                     \
-    name, &target::RunPointwise, &target::BatchNormReduceWorkspaceSize,         \
-        &target::RunBatchNormReduce, &target::HalfConversions                   \
+#define JAX_ACLNN_KERNELS_OF(target, name)                                                 \
+  Kernels {                                                                                \
+    name, &target::RunPointwise, &target::BatchNormReduceWorkspaceSize,                    \
+        &target::RunBatchNormReduce, &target::RmsNormWorkspaceSize, &target::RunRmsNorm,   \
+        &target::RmsNormGradWorkspaceSize, &target::RunRmsNormGrad, &target::RunSwiGlu,    \
+        &target::RunSwiGluGrad, &target::HalfConversions                                   \
   }
 
 Kernels Choose() {
@@ -95,6 +104,36 @@ void RunBatchNormReduce(const View& grad_out, const View& input, const View& mea
                         const View& invstd, const View* const outputs[4], void* workspace,
                         const JaxAclnnHostStream* stream) {
   Chosen().run_batch_norm_reduce(grad_out, input, mean, invstd, outputs, workspace, stream);
+}
+
+uint64_t RmsNormWorkspaceSize(const View& x, int lead) {
+  return Chosen().rms_norm_workspace_size(x, lead);
+}
+
+void RunRmsNorm(const View& x1, const View* x2, const View& gamma, int lead, float epsilon,
+                const View& y, const View* rstd, const View* x_out, void* workspace,
+                const JaxAclnnHostStream* stream) {
+  Chosen().run_rms_norm(x1, x2, gamma, lead, epsilon, y, rstd, x_out, workspace, stream);
+}
+
+uint64_t RmsNormGradWorkspaceSize(const View& x, int lead) {
+  return Chosen().rms_norm_grad_workspace_size(x, lead);
+}
+
+void RunRmsNormGrad(const View& dy, const View& x, const View& rstd, const View& gamma,
+                    int lead, const View& dx, const View& dgamma, void* workspace,
+                    const JaxAclnnHostStream* stream) {
+  Chosen().run_rms_norm_grad(dy, x, rstd, gamma, lead, dx, dgamma, workspace, stream);
+}
+
+void RunSwiGlu(const View& x, int64_t outer, int64_t run, const View& out,
+               const JaxAclnnHostStream* stream) {
+  Chosen().run_swiglu(x, outer, run, out, stream);
+}
+
+void RunSwiGluGrad(const View& dy, const View& x, int64_t outer, int64_t run, const View& dx,
+                   const JaxAclnnHostStream* stream) {
+  Chosen().run_swiglu_grad(dy, x, outer, run, dx, stream);
 }
 
 const char* KernelTarget() { return Chosen().target; }

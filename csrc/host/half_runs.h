@@ -1,5 +1,6 @@
-// Chunks of elements and the conversion of contiguous float16/bfloat16
-// runs to floats, shared by the kernels (kernels.cc, batch_norm_kernel.cc).
+// Chunks of elements, the grain of tasks and the conversion of contiguous
+// float16/bfloat16 runs to floats, shared by the kernels (kernels.cc,
+// batch_norm_kernel.cc, rms_norm_kernel.cc, swiglu_kernel.cc).
 // Compiled once per kernel target (kernels.h), in its namespace, with
 // internal linkage: each kernel file keeps its own copy.
 #ifndef JAX_ACLNN_HOST_HALF_RUNS_H_
@@ -17,6 +18,9 @@ namespace {
 
 // Elements converted at a time: four float buffers of this size stay in L1.
 constexpr int64_t kChunk = 1024;
+
+// Smallest amount of work (elements) worth a task of its own.
+constexpr int64_t kGrain = 1 << 15;
 
 // A contiguous run of float16/bfloat16 elements to convert to floats.
 struct HalfRun {

@@ -21,9 +21,6 @@
 namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET {
 namespace {
 
-// Smallest amount of work (elements) worth a task of its own.
-constexpr int64_t kGrain = 1 << 15;
-
 // The output's shape after dropping size-1 dimensions and merging
 // dimensions that are contiguous in every operand (operand 0 is the output).
 struct Layout {

@@ -50,8 +50,8 @@ struct PointwiseParams {
   }
 };
 
-// The kernels' entry points. kernels.cc and batch_norm_kernel.cc define
-// them once per CPU target, in jax_aclnn::host::<target>, compiled for that
+// The kernels' entry points. kernels.cc, batch_norm_kernel.cc,
+// rms_norm_kernel.cc and swiglu_kernel.cc define them once per CPU target, in jax_aclnn::host::<target>, compiled for that
 // target (CMakeLists.txt); dispatch.cc defines them in jax_aclnn::host,
 // calling the best target the CPU supports.
 //
@@ -61,13 +61,30 @@ struct PointwiseParams {
 // HalfConversions: how the target converts contiguous float16 ("F16C ...").
 // BatchNormReduceBackward over an (N, C, ...) input: per-channel sums.
 // `outputs` holds sumDy, sumDyXmu, gradWeight, gradBias; null = not wanted.
+// RmsNorm over the rows of x (its first `lead` dimensions; rows.h), of x1
+// + x2 where x2 is given (AddRmsNorm, which writes the sum to xOut); rstd
+// and x_out may be null. RmsNormGrad: dx and dgamma (summed over the rows).
+// SwiGlu over `outer` blocks of x, each A then B (`run` contiguous elements
+// each; out: `run` per block), and its gradient (dx in x's layout).
 #define JAX_ACLNN_KERNEL_ENTRY_POINTS                                                         \
   void RunPointwise(OpId op, const PointwiseParams& params, const View* inputs,             \
                     int num_inputs, const View& out, const JaxAclnnHostStream* stream);      \
   uint64_t BatchNormReduceWorkspaceSize(const View& input);                                  \
   void RunBatchNormReduce(const View& grad_out, const View& input, const View& mean,         \
                           const View& invstd, const View* const outputs[4], void* workspace, \
-                          const JaxAclnnHostStream* stream);                         \
+                          const JaxAclnnHostStream* stream);                                 \
+  uint64_t RmsNormWorkspaceSize(const View& x, int lead);                                    \
+  void RunRmsNorm(const View& x1, const View* x2, const View& gamma, int lead, float epsilon, \
+                  const View& y, const View* rstd, const View* x_out, void* workspace,        \
+                  const JaxAclnnHostStream* stream);                                         \
+  uint64_t RmsNormGradWorkspaceSize(const View& x, int lead);                                \
+  void RunRmsNormGrad(const View& dy, const View& x, const View& rstd, const View& gamma,    \
+                      int lead, const View& dx, const View& dgamma, void* workspace,         \
+                      const JaxAclnnHostStream* stream);                                     \
+  void RunSwiGlu(const View& x, int64_t outer, int64_t run, const View& out,                 \
+                 const JaxAclnnHostStream* stream);                                          \
+  void RunSwiGluGrad(const View& dy, const View& x, int64_t outer, int64_t run,              \
+                     const View& dx, const JaxAclnnHostStream* stream);                      \
   const char* HalfConversions();
 
 JAX_ACLNN_KERNEL_ENTRY_POINTS

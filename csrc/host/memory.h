@@ -114,6 +114,15 @@ inline void Prefault(void* data, int64_t bytes) {
 #endif
 }
 
+// For a contiguous output of `bytes` at `data`: where it is new memory,
+// huge pages advised and the bytes to prefault at a time, right before
+// they are written (kPrefaultBytes); else 0, nothing to do.
+inline int64_t PrepareOutput(void* data, int64_t bytes) {
+  if (!IsNewMemory(data, bytes)) return 0;
+  AdviseHugePages(data, bytes);
+  return kPrefaultBytes;
+}
+
 }  // namespace
 }  // namespace jax_aclnn::host
 

@@ -60,6 +60,59 @@ aclnnStatus CheckSameType(const char* op, const char* a_name, const aclTensor* a
   return ACLNN_SUCCESS;
 }
 
+aclnnStatus CheckDataType(const char* op, const char* name, const aclTensor* t,
+                          std::initializer_list<aclDataType> allowed) {
+  std::string names;
+  for (aclDataType d : allowed) {
+    if (t->view.dtype == d) return ACLNN_SUCCESS;
+    names += std::string(names.empty() ? "" : " or ") + DataTypeName(d);
+  }
+  return Fail(ACLNN_ERR_PARAM_INVALID, "%s: %s has data type %s; expected %s", op, name,
+              DataTypeName(t->view.dtype), names.c_str());
+}
+
+aclnnStatus CheckDims(const char* op, const char* name, const aclTensor* t, const int64_t* dims,
+                      int rank) {
+  const View& v = t->view;
+  bool same = v.rank == rank;
+  for (int d = 0; same && d < rank; ++d) same = v.dims[d] == dims[d];
+  if (same) return ACLNN_SUCCESS;
+  View expected;
+  expected.rank = rank;
+  std::copy(dims, dims + rank, expected.dims);
+  return Fail(ACLNN_ERR_PARAM_INVALID, "%s: %s has shape %s, expected %s", op, name,
+              ShapeString(v).c_str(), ShapeString(expected).c_str());
+}
+
+aclnnStatus MakeExecutor(const char* op, ExecutorRun run, const PointwiseParams& params,
+                         std::initializer_list<const aclTensor*> inputs,
+                         std::initializer_list<const aclTensor*> outputs,
+                         uint64_t workspace_size, uint64_t* workspaceSize,
+                         aclOpExecutor** executor) {
+  if (workspaceSize == nullptr || executor == nullptr)
+    return Fail(ACLNN_ERR_PARAM_NULLPTR, "%s: workspaceSize or executor is a null pointer", op);
+  if (inputs.size() > kMaxInputs || outputs.size() > kMaxOutputs)
+    return Fail(ACLNN_ERR_INNER, "%s: too many tensors", op);
+  auto* ex = new (std::nothrow) aclOpExecutor{};
+  if (ex == nullptr) return Fail(ACLNN_ERR_INNER, "%s: out of memory", op);
+  ex->op_name = op;
+  ex->run = run;
+  ex->params = params;
+  for (const aclTensor* t : inputs) {
+    if (t != nullptr) ex->inputs[ex->num_inputs] = t->view;
+    ex->input_tensors[ex->num_inputs++] = t;
+  }
+  for (const aclTensor* t : outputs) {
+    ex->has_output[ex->num_outputs] = t != nullptr;
+    if (t != nullptr) ex->outputs[ex->num_outputs] = t->view;
+    ex->output_tensors[ex->num_outputs++] = t;
+  }
+  ex->workspace_size = workspace_size;
+  *workspaceSize = workspace_size;
+  *executor = ex;
+  return ACLNN_SUCCESS;
+}
+
 namespace {
 
 // Broadcasts `in` to `out`'s shape (numpy rules): an input view of out's rank
@@ -271,6 +324,13 @@ ACLNN_DEFINE_SET_TENSOR_ADDR(SetTensorAddr)
   }
 JAX_ACLNN_OPERATORS(JAX_ACLNN_SECOND_PHASE)
 #undef JAX_ACLNN_SECOND_PHASE
+#define JAX_ACLNN_CATALOGUE_SECOND_PHASE(A, Name, parameters)                               \
+  aclnnStatus aclnn##Name(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor, \
+                          aclrtStream stream) {                                            \
+    return Execute("aclnn" #Name, workspace, workspaceSize, executor, stream);              \
+  }
+JAX_ACLNN_HOST_CATALOGUE_WITH(JAX_ACLNN_CATALOGUE_SECOND_PHASE, _)
+#undef JAX_ACLNN_CATALOGUE_SECOND_PHASE
 
 #ifdef JAX_ACLNN_TESTING
 // Test-only exports (built with -DJAX_ACLNN_TESTING=ON), not aclnn ABI.

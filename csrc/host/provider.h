@@ -57,6 +57,24 @@ struct Operand {
   const aclTensor* tensor;
 };
 
+// The tensor's data type is one of `allowed` (after CheckTensor).
+aclnnStatus CheckDataType(const char* op, const char* name, const aclTensor* t,
+                          std::initializer_list<aclDataType> allowed);
+// The tensor's shape is `dims` (of rank `rank`).
+aclnnStatus CheckDims(const char* op, const char* name, const aclTensor* t, const int64_t* dims,
+                      int rank);
+// The second phase's work on an executor's views.
+using ExecutorRun = void (*)(const aclOpExecutor& ex, void* workspace,
+                             const JaxAclnnHostStream* stream);
+// The executor of `run` on these tensors (in the first phase's order; null:
+// an optional tensor not given), with the operator's parameters and the
+// workspace it needs.
+aclnnStatus MakeExecutor(const char* op, ExecutorRun run, const PointwiseParams& params,
+                         std::initializer_list<const aclTensor*> inputs,
+                         std::initializer_list<const aclTensor*> outputs,
+                         uint64_t workspace_size, uint64_t* workspaceSize,
+                         aclOpExecutor** executor);
+
 // The first phase of the element-wise operators: checks the tensors (the
 // inputs broadcast to `out`, or have its shape if `same_shape`) and makes
 // the executor.

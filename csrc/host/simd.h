@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "host/dtype.h"
 
@@ -137,6 +138,31 @@ inline float LoadScalar(const uint16_t* p) {
 template <aclDataType D>
 inline void StoreScalar(uint16_t* p, float v) {
   *p = D == ACL_BF16 ? FloatToBf16(v) : FloatToHalf(v);
+}
+
+// One element (T = float) or kLanes elements (T = Vec) of type D (float32,
+// float16 or bfloat16) at p, as floats; and back.
+template <aclDataType D, typename T>
+inline T LoadFloats(const char* p) {
+  if constexpr (D == ACL_FLOAT) {
+    T v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  } else if constexpr (std::is_same_v<T, float>) {
+    return LoadScalar<D>(reinterpret_cast<const uint16_t*>(p));
+  } else {
+    return LoadVec<D>(reinterpret_cast<const uint16_t*>(p));
+  }
+}
+
+template <aclDataType D, typename T>
+inline void StoreFloats(char* p, T v) {
+  if constexpr (D == ACL_FLOAT)
+    std::memcpy(p, &v, sizeof v);
+  else if constexpr (std::is_same_v<T, float>)
+    StoreScalar<D>(reinterpret_cast<uint16_t*>(p), v);
+  else
+    StoreVec<D>(reinterpret_cast<uint16_t*>(p), v);
 }
 
 // --- Helpers of the formulas, for float and for Vec ---------------------

@@ -146,6 +146,8 @@ def rms_norm(x: Any, weight: Any, *, epsilon: float = 1e-6) -> jax.Array:
     """
     x, weight = jnp.asarray(x), jnp.asarray(weight)
     _check("rms_norm", x, weight)
+    if x.ndim == weight.ndim:  # one row: aclnnRmsNormGrad takes x of rank 2 to 8
+        return rms_norm(x[None], weight, epsilon=epsilon)[0]
     return rows_merged_past_rank(_rms_norm, [x], x.ndim - weight.ndim, weight, float(epsilon))
 
 
@@ -217,5 +219,8 @@ def add_rms_norm(x1: Any, x2: Any, weight: Any, *, epsilon: float = 1e-6
         raise TypeError(f"add_rms_norm: x1 ({x1.dtype}) and x2 ({x2.dtype}) must have one "
                         f"dtype (CANN's aclnnAddRmsNorm)")
     _check("add_rms_norm", x1, weight, "x1")
+    if x1.ndim == weight.ndim:  # one row: aclnnRmsNormGrad takes x of rank 2 to 8
+        y, x = add_rms_norm(x1[None], x2[None], weight, epsilon=epsilon)
+        return y[0], x[0]
     return rows_merged_past_rank(_add_rms_norm, [x1, x2], x1.ndim - weight.ndim, weight,
                                  float(epsilon))

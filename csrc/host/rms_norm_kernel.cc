@@ -1,0 +1,244 @@
+// The RMSNorm kernels: RunRmsNorm (AddRmsNorm's too) and RunRmsNormGrad.
+// Rows are walked a chunk at a time (converted to floats where they are
+// not contiguous float32); sums in float32, as CANN's kernels keep them.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "host/dtype.h"
+#include "host/half_runs.h"
+#include "host/kernels.h"
+#include "host/memory.h"
+#include "host/parallel.h"
+#include "host/rows.h"
+
+// Compiled once per CPU target (CMakeLists.txt), each copy in its own
+// namespace; dispatch.cc picks one at run time.
+namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET {
+namespace {
+
+// One row of a view (rows.h): its first element and the stride between
+// its elements.
+struct Row {
+  const View* v;
+  int64_t offset, stride;
+  char* At(int64_t j) const {
+    return static_cast<char*>(v->data) + (offset + j * stride) * ElementSize(v->dtype);
+  }
+  // Elements [c, c + len) as floats: the memory itself where it is
+  // contiguous float32, else converted into buf.
+  const float* Load(int64_t c, int64_t len, float* buf) const {
+    if (v->dtype == ACL_FLOAT && stride == 1) return reinterpret_cast<const float*>(At(c));
+    LoadAsFloat(v->dtype, At(c), stride, len, buf);
+    return buf;
+  }
+  // Where to compute elements [c, c + len): the memory itself where it is
+  // contiguous float32 (Store is then a no-op), else buf.
+  float* Out(int64_t c, float* buf) const {
+    return v->dtype == ACL_FLOAT && stride == 1 ? reinterpret_cast<float*>(At(c)) : buf;
+  }
+  void Store(int64_t c, int64_t len, const float* values) const {
+    if (!(v->dtype == ACL_FLOAT && stride == 1)) StoreFromFloat(v->dtype, values, len, At(c), stride);
+  }
+};
+
+// Row r of a view whose first `lead` dimensions index the rows.
+Row RowOf(const View& v, int lead, int64_t r) {
+  int64_t stride = 1;
+  RowElementStride(v, lead, &stride);  // checked by the first phase
+  return {&v, RowOffset(v, lead, r), stride};
+}
+
+// gamma as n floats: in place where it is contiguous float32, else
+// converted into `workspace`.
+const float* GammaFloats(const View& gamma, int64_t n, float* workspace) {
+  const Row g = RowOf(gamma, 0, 0);
+  return g.Load(0, n, workspace);
+}
+
+// Splits `rows` rows of n elements into tasks of about kGrain elements or
+// more, at most 4 per thread.
+int64_t RowTasks(int64_t rows, int64_t n, const JaxAclnnHostStream* stream) {
+  const int64_t work = std::max<int64_t>(1, rows * std::max<int64_t>(n, 1));
+  return std::max<int64_t>(
+      1, std::min({rows, (work + kGrain - 1) / kGrain, 4 * NumThreads(stream)}));
+}
+
+// x's chunk [c, c + len) of row r as floats: x1's, or x1 + x2 (summed in
+// float32, as AddRmsNorm does) written to x_out when `store`.
+const float* XChunk(const Row& x1, const Row* x2, const Row* x_out, bool store, int64_t c,
+                    int64_t len, float* buf1, float* buf2) {
+  const float* a = x1.Load(c, len, buf1);
+  if (x2 == nullptr) return a;
+  const float* b = x2->Load(c, len, buf2);
+#pragma omp simd
+  for (int64_t j = 0; j < len; ++j) buf1[j] = a[j] + b[j];
+  if (store && x_out != nullptr) StoreFromFloat(x_out->v->dtype, buf1, len, x_out->At(c), x_out->stride);
+  return buf1;
+}
+
+void RmsNormRow(const View& x1, const View* x2, const float* gamma, int lead, int64_t n,
+                float epsilon, const View& y, const View* rstd, const View* x_out, int64_t r) {
+  alignas(64) float buf1[kChunk], buf2[kChunk], out[kChunk];
+  const Row a = RowOf(x1, lead, r), yr = RowOf(y, lead, r);
+  Row b{}, xo{};
+  if (x2 != nullptr) b = RowOf(*x2, lead, r);
+  if (x_out != nullptr) xo = RowOf(*x_out, lead, r);
+  const Row* bp = x2 != nullptr ? &b : nullptr;
+  const Row* xop = x_out != nullptr ? &xo : nullptr;
+  float squares = 0.0f;
+  for (int64_t c = 0; c < n; c += kChunk) {
+    const int64_t len = std::min(kChunk, n - c);
+    const float* x = XChunk(a, bp, xop, true, c, len, buf1, buf2);
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < len; ++j) s += x[j] * x[j];
+    squares += s;
+  }
+  const float rs = 1.0f / std::sqrt(squares / static_cast<float>(n) + epsilon);
+  if (rstd != nullptr) *reinterpret_cast<float*>(RowOf(*rstd, lead, r).At(0)) = rs;
+  for (int64_t c = 0; c < n; c += kChunk) {
+    const int64_t len = std::min(kChunk, n - c);
+    const float* x = XChunk(a, bp, xop, false, c, len, buf1, buf2);
+    const float* g = gamma + c;
+    float* o = yr.Out(c, out);
+#pragma omp simd
+    for (int64_t j = 0; j < len; ++j) o[j] = x[j] * rs * g[j];
+    yr.Store(c, len, o);
+  }
+}
+
+// The elements of rows [r0, r1) of a contiguous output of rows of n
+// elements, prefaulted where it is new memory (memory.h), a piece at a time.
+template <typename Body>
+void RowsInPieces(const View& out, int64_t n, int64_t piece_bytes, int64_t r0, int64_t r1,
+                  const Body& body) {
+  const int64_t row_bytes = std::max<int64_t>(1, n * ElementSize(out.dtype));
+  const int64_t rows_per_piece =
+      piece_bytes > 0 ? std::max<int64_t>(1, piece_bytes / row_bytes) : r1 - r0;
+  for (int64_t p = r0; p < r1; p += rows_per_piece) {
+    const int64_t q = std::min(r1, p + rows_per_piece);
+    if (piece_bytes > 0) Prefault(static_cast<char*>(out.data) + p * row_bytes, (q - p) * row_bytes);
+    for (int64_t r = p; r < q; ++r) body(r);
+  }
+}
+
+int64_t PieceBytes(const View& out) {
+  return IsContiguous(out) ? PrepareOutput(out.data, out.NumElements() * ElementSize(out.dtype))
+                           : 0;
+}
+
+// RmsNormGrad's row blocks: fixed by the shape, never by the thread count,
+// so that dgamma's partial sums and their combine order (and so its bits)
+// are the same everywhere. Each block's float32 partial dgamma lives in
+// the workspace, at most kGradPartialBytes for all blocks.
+constexpr int64_t kGradMaxBlocks = 16;
+constexpr int64_t kGradPartialBytes = int64_t{16} << 20;
+
+int64_t GradBlocks(int64_t rows, int64_t n) {
+  const int64_t by_work = (rows * n + kGrain - 1) / kGrain;
+  const int64_t by_memory = kGradPartialBytes / (4 * std::max<int64_t>(n, 1));
+  return std::max<int64_t>(1, std::min({rows, kGradMaxBlocks, by_work, by_memory}));
+}
+
+// Row r of the gradient: dx = (dy * g - rs * x * m) * rs with m =
+// mean(dy * g * x * rs) (aclnnRmsNormGrad.md's formula), and the row's
+// dy * x * rs added to `partial` (dgamma's).
+void RmsNormGradRow(const View& dy, const View& x, const View& rstd, const float* gamma,
+                    int lead, int64_t n, const View& dx, int64_t r, float* partial) {
+  alignas(64) float dbuf[kChunk], xbuf[kChunk], out[kChunk];
+  const Row d = RowOf(dy, lead, r), xr = RowOf(x, lead, r), o = RowOf(dx, lead, r);
+  const float rs = *reinterpret_cast<const float*>(RowOf(rstd, lead, r).At(0));
+  float sum = 0.0f;
+  for (int64_t c = 0; c < n; c += kChunk) {
+    const int64_t len = std::min(kChunk, n - c);
+    const float* dp = d.Load(c, len, dbuf);
+    const float* xp = xr.Load(c, len, xbuf);
+    const float* g = gamma + c;
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < len; ++j) s += dp[j] * g[j] * xp[j];
+    sum += s;
+  }
+  const float m = sum * rs / static_cast<float>(n);
+  for (int64_t c = 0; c < n; c += kChunk) {
+    const int64_t len = std::min(kChunk, n - c);
+    const float* dp = d.Load(c, len, dbuf);
+    const float* xp = xr.Load(c, len, xbuf);
+    const float* g = gamma + c;
+    float* op = o.Out(c, out);
+    float* acc = partial + c;
+#pragma omp simd
+    for (int64_t j = 0; j < len; ++j) {
+      const float xs = xp[j] * rs;
+      acc[j] += dp[j] * xs;
+      op[j] = (dp[j] * g[j] - xs * m) * rs;
+    }
+    o.Store(c, len, op);
+  }
+}
+
+}  // namespace
+
+uint64_t RmsNormWorkspaceSize(const View& x, int lead) {
+  return static_cast<uint64_t>(DimsProduct(x, lead, x.rank)) * sizeof(float);  // gamma's floats
+}
+
+void RunRmsNorm(const View& x1, const View* x2, const View& gamma, int lead, float epsilon,
+                const View& y, const View* rstd, const View* x_out, void* workspace,
+                const JaxAclnnHostStream* stream) {
+  const int64_t rows = DimsProduct(x1, 0, lead), n = DimsProduct(x1, lead, x1.rank);
+  if (rows == 0) return;
+  const float* g = GammaFloats(gamma, n, static_cast<float*>(workspace));
+  const int64_t piece = PieceBytes(y);
+  const int64_t tasks = RowTasks(rows, n, stream);
+  ParallelFor(stream, tasks, [&](int64_t t) {
+    RowsInPieces(y, n, piece, rows * t / tasks, rows * (t + 1) / tasks, [&](int64_t r) {
+      RmsNormRow(x1, x2, g, lead, n, epsilon, y, rstd, x_out, r);
+    });
+  });
+}
+
+uint64_t RmsNormGradWorkspaceSize(const View& x, int lead) {
+  const int64_t rows = DimsProduct(x, 0, lead), n = DimsProduct(x, lead, x.rank);
+  return static_cast<uint64_t>((1 + GradBlocks(rows, n)) * n) * sizeof(float);
+}
+
+void RunRmsNormGrad(const View& dy, const View& x, const View& rstd, const View& gamma,
+                    int lead, const View& dx, const View& dgamma, void* workspace,
+                    const JaxAclnnHostStream* stream) {
+  const int64_t rows = DimsProduct(x, 0, lead), n = DimsProduct(x, lead, x.rank);
+  if (n == 0) return;
+  float* ws = static_cast<float*>(workspace);
+  const float* g = GammaFloats(gamma, n, ws);
+  const int64_t blocks = GradBlocks(rows, n);
+  float* partials = ws + n;
+  const int64_t piece = PieceBytes(dx);
+  ParallelFor(stream, blocks, [&](int64_t b) {
+    float* partial = partials + b * n;
+    std::fill(partial, partial + n, 0.0f);
+    RowsInPieces(dx, n, piece, rows * b / blocks, rows * (b + 1) / blocks, [&](int64_t r) {
+      RmsNormGradRow(dy, x, rstd, g, lead, n, dx, r, partial);
+    });
+  });
+  // dgamma: the blocks' partial sums in block order, a chunk of columns per task.
+  const Row dg = RowOf(dgamma, 0, 0);
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  const int64_t tasks = std::min(chunks, 4 * NumThreads(stream));
+  ParallelFor(stream, tasks, [&](int64_t t) {
+    alignas(64) float out[kChunk];
+    for (int64_t k = chunks * t / tasks; k < chunks * (t + 1) / tasks; ++k) {
+      const int64_t c = k * kChunk, len = std::min(kChunk, n - c);
+      float* o = dg.Out(c, out);
+      std::copy(partials + c, partials + c + len, o);
+      for (int64_t b = 1; b < blocks; ++b) {
+        const float* p = partials + b * n + c;
+#pragma omp simd
+        for (int64_t j = 0; j < len; ++j) o[j] += p[j];
+      }
+      dg.Store(c, len, o);
+    }
+  });
+}
+
+}  // namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET
