@@ -57,6 +57,20 @@ def test_bench_clean_mode_alone(tmp_path):
     assert [r["mode"] for r in json.loads((tmp_path / "bench.json").read_text())["rows"]] == ["clean"]
 
 
+def test_bench_measures_the_catalogue_functions_the_host_runs(capsys):
+    """Issue 46: bench's nn.* cases time jax_aclnn.nn's host kernels against
+    the same function on its reference path and PyTorch's kernels (its
+    outputs checked against XLA's first)."""
+    from jax_aclnn.__main__ import main
+
+    assert main(["bench", "--ops", "nn.rms_norm_grad,nn.swiglu", "--sizes", "2K",
+                 "--dtypes", "bfloat16", "--modes", "clean", "--repeats", "1",
+                 "--reuse-repeats", "0", "--step-repeats", "0", "--quiet"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if " nn." in line]
+    assert len(rows) == 4 and all("bfloat16" in r and "2,048" in r for r in rows), rows
+    assert all(len(re.findall(r"\d\.\d\dx", r)) == 2 for r in rows), rows  # vs XLA, vs torch
+
+
 def test_train_loss_falls_and_reports_the_provider(tmp_path):
     png = tmp_path / "loss.png"
     out = run("train", "--epochs", "3", "--ensemble", "2", "--quiet", "--plot", str(png))

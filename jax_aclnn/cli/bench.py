@@ -9,6 +9,12 @@ For each operator, size and dtype, under ``jax.jit``:
 * ``torch``: PyTorch's ATen CPU kernel for the same operator, when torch is
   installed (batch-norm reduce has no ATen CPU kernel: there, ATen's
   reductions of the same formula);
+* the catalogue's functions the host provider runs (``nn.rms_norm``,
+  ``nn.swiglu``; ``nn.<function>_grad``: forward and backward for a random
+  cotangent, as training runs them), on rows of 1024 (SwiGLU: 2048): the
+  same ``jax_aclnn.nn`` function on its reference path is ``xla``, and
+  PyTorch's ``F.rms_norm`` and ``F.silu(a) * b`` (gradients by autograd)
+  ``torch``;
 * the machine's memory-copy bandwidth (256 MiB copied by one thread per
   core), the physical limit of these bandwidth-bound operators, between
   warm buffers and into fresh memory ("fresh copy"): XLA allocates every
@@ -85,7 +91,7 @@ from jax_aclnn.cli import bench_cases, bn_memory, common, llm_step, step_memory
 from jax_aclnn.cli.bench_cases import case_bytes, import_torch, measure, timed
 from jax_aclnn.cli.training_state import RealisticProcess
 
-OPS = list(aclnn.ops.OPERATOR_NAMES)
+OPS = list(aclnn.ops.OPERATOR_NAMES) + list(bench_cases.CATALOGUE)
 DEFAULT_SIZES = "1K,64K,1M,16M"
 DTYPES = ["float32", "float16", "bfloat16"]
 MODES = ["clean", "realistic"]

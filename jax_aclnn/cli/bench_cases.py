@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jax_aclnn as aclnn
+from jax_aclnn import nn
 
 #: PyTorch, once :func:`import_torch` has run (None where not installed).
 torch: Any = None
@@ -56,6 +57,79 @@ ELEMENTWISE = {
 }
 
 
+#: Row length of the catalogue's cases (an LLM's hidden size; SwiGLU's
+#: input rows are twice it).
+HIDDEN = 1024
+
+
+def _rms_norm_torch(t, grad=False):
+    x, w = t[:2]
+    if not grad:
+        return torch.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-6)
+    x, w = x.detach().requires_grad_(), w.detach().requires_grad_()
+    y = torch.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-6)
+    return torch.autograd.grad(y, (x, w), t[2])
+
+
+def _swiglu_torch(t, grad=False):
+    x = t[0].detach().requires_grad_(grad)
+    a, b = x.chunk(2, dim=-1)
+    y = torch.nn.functional.silu(a) * b
+    return torch.autograd.grad(y, (x,), t[1]) if grad else y
+
+
+def _vjp(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The gradient of ``f``'s primals for a cotangent (the last argument):
+    forward and backward, as a training step runs them."""
+    return lambda *a: jax.vjp(f, *a[:-1])[1](a[-1])
+
+
+@dataclass(frozen=True)
+class CatalogueCase:
+    """How to measure one jax_aclnn.nn function on ``(rows, HIDDEN)`` rows
+    (``(rows, 2 * HIDDEN)`` for SwiGLU), forward or its gradient."""
+
+    fn: Callable[..., Any]  # of (x, weight) or (x,), and a cotangent for gradients
+    weight: bool  # a (HIDDEN,) weight after x
+    grad: bool
+    aten: Callable[..., Any]  # PyTorch's kernels, on torch tensors
+    moved: float  # elements read and written, in x's elements
+
+
+#: The catalogue's functions the host provider runs (``nn.<function>``:
+#: its forward; ``nn.<function>_grad``: forward and backward for a random
+#: cotangent), against the same function on its reference path (XLA's code
+#: for the formula) and PyTorch's kernels (``F.rms_norm``; ``F.silu(a) * b``),
+#: the gradients by autograd.
+CATALOGUE = {
+    "nn.rms_norm": CatalogueCase(lambda x, w: nn.rms_norm(x, w), True, False,
+                                 _rms_norm_torch, 2),
+    "nn.rms_norm_grad": CatalogueCase(_vjp(lambda x, w: nn.rms_norm(x, w)), True, True,
+                                      lambda t: _rms_norm_torch(t, True), 3),
+    "nn.swiglu": CatalogueCase(lambda x: nn.swiglu(x), False, False, _swiglu_torch, 1.5),
+    "nn.swiglu_grad": CatalogueCase(_vjp(lambda x: nn.swiglu(x)), False, True,
+                                    lambda t: _swiglu_torch(t, True), 2.5),
+}
+
+
+def catalogue_case(op: str, size: int, dtype: Any, rng: np.random.Generator):
+    """:func:`make_case` of a :data:`CATALOGUE` entry: x of ``size``
+    elements in rows of its hidden size (fewer elements: one row)."""
+    case = CATALOGUE[op]
+    cols = (1 if case.weight else 2) * HIDDEN
+    shape = (max(1, size // cols), min(size, cols))
+    out_shape = shape if case.weight else (shape[0], shape[1] // 2)
+
+    def arr(shape, lo=-3.0, hi=3.0):
+        return jnp.asarray(rng.uniform(lo, hi, size=shape).astype(np.float32)).astype(dtype)
+
+    args = (arr(shape),) + ((arr(shape[-1:], 0.5, 1.5),) if case.weight else ())
+    args += (arr(out_shape),) if case.grad else ()
+    ours = jax.jit(case.fn)
+    xla = on_reference_path(case.fn, args)
+    return ours, xla, case.aten, args, case.moved * np.prod(shape) * jnp.dtype(dtype).itemsize
+
+
 def elementwise_case(op: str) -> ElementwiseCase:
     """``op``'s entry in ``ELEMENTWISE``; for an element-wise operator without
     one, full-size operands in [-3, 3] (one per positional parameter of its
@@ -83,6 +157,8 @@ def make_case(op: str, size: int, dtype: Any, channels: int, rng: np.random.Gene
         return jnp.asarray(rng.uniform(lo, hi, size=shape).astype(np.float32)).astype(dtype)
 
     item = jnp.dtype(dtype).itemsize
+    if op in CATALOGUE:
+        return catalogue_case(op, size, dtype, rng)
     if op == "batch_norm_reduce_backward":
         shape = bn_shape(size, channels)
         c = shape[1]
@@ -109,7 +185,10 @@ def case_bytes(op: str, size: int) -> int:
     """About the peak memory of measuring one case: the inputs, their torch
     copies and three outputs, each counted as float32, and the float64 draw
     of the random inputs."""
-    full = 2 if op == "batch_norm_reduce_backward" else sum(f for f, _, _ in elementwise_case(op).operands)
+    if op in CATALOGUE:  # x and a cotangent of its size at most
+        full = 2
+    else:
+        full = 2 if op == "batch_norm_reduce_backward" else sum(f for f, _, _ in elementwise_case(op).operands)
     return size * (8 + 4 * (2 * full + 3))
 
 
