@@ -59,6 +59,11 @@ check_jax_version(jax.__version__, jaxlib.version.__version__)
 #: against its own version's headers or an older version's, never a newer
 #: one's: jax_aclnn's isolated build uses the floor's headers (FFI API 0.1),
 #: which every supported jaxlib runs.
+#: Whether ``psum`` inside a ``custom_partitioning`` call's partitioned
+#: function compiles on an explicit mesh (jax 0.7's XLA:CPU refuses its
+#: all-reduce: "Unsupported reduction computation").
+PSUM_IN_PARTITIONED_CALL = _release(jax.__version__) >= (0, 8)
+
 FFI_API_MINOR_SINCE = (("0.7.0", 1), ("0.8.0", 2), ("0.9.1", 3))
 
 

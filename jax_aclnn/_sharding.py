@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding, PartitionSpec
 
@@ -128,11 +129,26 @@ def typed(op: Operator, out_avals: Sequence[Any], in_avals: Sequence[Any],
             for o, fs in zip(out_avals, out_factors)]
 
 
+def _summed(x: Any, axes: tuple[str, ...], explicit: bool) -> Any:
+    """``x`` summed over the devices of ``axes``: ``psum``; where the
+    operands are typed on an explicit mesh at jax 0.7, the partials
+    gathered and added (there XLA:CPU refuses the all-reduce that ``psum``
+    lowers to inside a partitioned call: "Unsupported reduction
+    computation"). The summed results are small (a norm's dgamma, batch
+    norm's per-channel sums)."""
+    if explicit and not _compat.PSUM_IN_PARTITIONED_CALL:
+        return jnp.sum(jax.lax.all_gather(x, axes), axis=0, dtype=x.dtype)
+    return jax.lax.psum(x, axes)
+
+
 def partitioned(op: Operator, in_avals: Sequence[Any], out_avals: Sequence[Any],
                 params: dict[str, Any]):
     """``op``'s custom call as a ``custom_partitioning`` function of its operands."""
     in_factors, out_factors = op.factors(in_avals, out_avals, **params)
     rule, rule_kwargs = sharding_rule(in_factors, out_factors)
+    explicit = any(t == jax.sharding.AxisType.Explicit for a in in_avals
+                   for t in getattr(getattr(getattr(a, "sharding", None), "mesh", None),
+                                    "axis_types", ()))
 
     def call(*args):
         return op.ffi_call(*args, **params)
@@ -152,7 +168,7 @@ def partitioned(op: Operator, in_avals: Sequence[Any], out_avals: Sequence[Any],
 
         def lower_fn(*local_args):
             outs = op.local_call(local_args, in_avals, **params)
-            return [jax.lax.psum(o, r) if r else o for o, r in zip(outs, reduce_axes)]
+            return [_summed(o, r, explicit) if r else o for o, r in zip(outs, reduce_axes)]
 
         return (mesh, lower_fn, [sharding(fs) for fs in out_factors],
                 tuple(sharding(fs) for fs in in_factors))
