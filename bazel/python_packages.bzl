@@ -1,8 +1,9 @@
 """Repository rules: the build inputs that the Python environment provides.
 
 The CMake build asks the Python interpreter for the same things
-(CMakeLists.txt): nanobind's directory, jax.ffi.include_dir(), the Python
-headers and the extension-module suffix. The interpreter is
+(CMakeLists.txt): nanobind's directory, jax.ffi.include_dir(), Eigen's
+headers (cmeel-eigen's prefix), the Python headers and the extension-module
+suffix. The interpreter is
 $PYTHON_BIN_PATH, else `python3` on PATH (an active virtual environment's).
 """
 
@@ -82,4 +83,28 @@ xla_ffi_headers_from_jax = repository_rule(
     environ = _ENVIRON,
     local = True,
     doc = "XLA's FFI headers, from the jax the interpreter imports.",
+)
+
+def _eigen_impl(rctx):
+    python = _python(rctx)
+    result = rctx.execute([python, "-m", "cmeel", "cmake"])
+    if result.return_code != 0:
+        fail("%s -m cmeel cmake failed (pip install cmeel-eigen, a build requirement in pyproject.toml):\n%s" % (python, result.stderr))
+    rctx.symlink(result.stdout.strip() + "/include/eigen3/Eigen", "Eigen")
+    rctx.file("BUILD", """\
+package(default_visibility = ["//visibility:public"])
+
+# Eigen's headers (header-only), from the cmeel-eigen package of {python}.
+cc_library(
+    name = "eigen",
+    hdrs = glob(["Eigen/**"]),
+    includes = ["."],
+)
+""".format(python = python))
+
+eigen_from_python = repository_rule(
+    implementation = _eigen_impl,
+    environ = _ENVIRON,
+    local = True,
+    doc = "Eigen's headers, from the cmeel-eigen package the interpreter imports.",
 )

@@ -46,7 +46,18 @@
      const aclTensor* gamma, const aclTensor* dxOut, const aclTensor* dgammaOut))         \
   X(A, SwiGlu, (const aclTensor* x, int64_t dim, const aclTensor* out))                   \
   X(A, SwiGluGrad,                                                                        \
-    (const aclTensor* yGrad, const aclTensor* x, int64_t dim, const aclTensor* out))
+    (const aclTensor* yGrad, const aclTensor* x, int64_t dim, const aclTensor* out))       \
+  X(A, GroupedMatmulV4,                                                                   \
+    (const aclTensorList* x, const aclTensorList* weight, const aclTensorList* biasOptional, \
+     const aclTensorList* scaleOptional, const aclTensorList* offsetOptional,             \
+     const aclTensorList* antiquantScaleOptional,                                         \
+     const aclTensorList* antiquantOffsetOptional,                                        \
+     const aclTensorList* perTokenScaleOptional, const aclTensor* groupListOptional,      \
+     const aclTensorList* activationInputOptional,                                        \
+     const aclTensorList* activationQuantScaleOptional,                                   \
+     const aclTensorList* activationQuantOffsetOptional, int64_t splitItem,               \
+     int64_t groupType, int64_t groupListType, int64_t actType, aclTensorList* out,       \
+     aclTensorList* activationFeatureOutOptional, aclTensorList* dynQuantScaleOutOptional))
 
 #define JAX_ACLNN_OPERATORS(X) JAX_ACLNN_OPERATORS_WITH(JAX_ACLNN_OPERATOR_NAMES, X)
 #define JAX_ACLNN_OPERATOR_NAMES(X, Name, name, parameters) X(Name, name)

@@ -27,6 +27,8 @@ pytestmark = [
     pytest.mark.skipif(BAZEL is None, reason="bazel is not installed (.ci/bazel installs it)"),
     pytest.mark.skipif(importlib.util.find_spec("nanobind") is None,
                        reason="the build's Python lacks nanobind (.ci/bazel installs it)"),
+    pytest.mark.skipif(importlib.util.find_spec("cmeel") is None,
+                       reason="the build's Python lacks cmeel-eigen (.ci/bazel installs it)"),
 ]
 
 # Runs in the package copy's parent directory: the copy is the jax_aclnn

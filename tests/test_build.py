@@ -7,6 +7,7 @@ from __future__ import annotations
 import platform
 import re
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -184,7 +185,7 @@ def test_the_host_catalogue_has_the_prototypes_jax_aclnn_nn_declares():
                 if getattr(op, "prototype", None) is not None}
     catalogue = host_catalogue()
     assert set(catalogue) == {"aclnnRmsNorm", "aclnnAddRmsNorm", "aclnnRmsNormGrad",
-                              "aclnnSwiGlu", "aclnnSwiGluGrad"}
+                              "aclnnSwiGlu", "aclnnSwiGluGrad", "aclnnGroupedMatmulV4"}
     for name, text in catalogue.items():
         ours = [(p.name, p.kind) for p in _prototype.parse(text).parameters]
         assert ours == [(p.name, p.kind) for p in declared[name].parameters], name
@@ -217,7 +218,8 @@ BEYOND_X86_64 = re.compile(
     r"|pcmp[eg][qt]q|pcmp[ei]str[im]|movntdqa|crc32|popcnt|lzcnt|tzcnt|andn|bextr|bls(i|msk|r)"
     r"|bzhi|pdep|pext|rorx|sarx|shlx|shrx|mulx|movbe|lddqu|h(add|sub)p[sd]|mov[sd]dup|movshdup"
     r"|movsldup|addsubp[sd])[ \t]")
-DISPATCHED = ("::x86_64_v3::", "::x86_64_v4::")
+#: The dispatched kernels' namespaces, and Eigen's in each (CMakeLists.txt).
+DISPATCHED = ("::x86_64_v3::", "::x86_64_v4::", "Eigen_x86_64_v3::", "Eigen_x86_64_v4::")
 
 
 def disassembly():
@@ -276,8 +278,9 @@ def test_default_build_runs_on_any_aarch64_cpu_outside_the_dispatched_kernels():
     """The default aarch64 build targets armv8-a (NEON); SVE code lives only
     in the kernel copy that dispatch.cc picks when the CPU has SVE."""
     sve = {function for function, line in disassembly() if SVE.search(line.split("//")[0])}
+    copy = ("::armv8_2_a_sve::", "Eigen_armv8_2_a_sve::")  # the kernels' and Eigen's in them
     assert any("::armv8_2_a_sve::" in f for f in sve)  # the dispatched kernels, seen
-    assert [f for f in sve if "::armv8_2_a_sve::" not in f] == []
+    assert [f for f in sve if not any(c in f for c in copy)] == []
 
 
 def test_the_python_operators_are_those_of_the_cpp_operator_list():
@@ -373,6 +376,18 @@ NATIVE_MARCHES = ["x86-64", "nehalem", "sandybridge", "ivybridge", "bdver2", "ha
                   "x86-64-v3", "x86-64-v4", "sapphirerapids"]
 
 
+def eigen_include() -> str:
+    """Eigen's headers as the build finds them (CMakeLists.txt): cmeel-eigen's
+    (a build and test requirement in pyproject.toml), else the system's."""
+    prefix = subprocess.run([sys.executable, "-m", "cmeel", "cmake"], capture_output=True,
+                            text=True).stdout.strip()
+    candidates = ([Path(prefix) / "include" / "eigen3"] if prefix else []) + [Path("/usr/include/eigen3")]
+    found = [p for p in candidates if (p / "Eigen" / "Core").exists()]
+    if not found:
+        pytest.fail("Eigen's headers not found: pip install cmeel-eigen (the test extra has it)")
+    return str(found[0])
+
+
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 instruction sets")
 @pytest.mark.parametrize("march", NATIVE_MARCHES)
 def test_the_kernels_compile_for_every_x86_64_cpu_a_native_build_may_target(march):
@@ -382,7 +397,7 @@ def test_the_kernels_compile_for_every_x86_64_cpu_a_native_build_may_target(marc
     a 128-bit vector type)."""
     out = subprocess.run(
         ["c++", "-std=c++17", "-fsyntax-only", "-fopenmp-simd", f"-march={march}",
-         "-I", str(ROOT / "csrc"), "-DJAX_ACLNN_KERNEL_TARGET=native",
+         "-I", str(ROOT / "csrc"), "-isystem", eigen_include(), "-DJAX_ACLNN_KERNEL_TARGET=native",
          *(str(ROOT / src) for src in sorted(cmake_sources("ACLNN_HOST_KERNEL_SOURCES")))],
         capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-4000:]

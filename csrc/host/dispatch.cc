@@ -1,5 +1,6 @@
 // Run-time CPU dispatch of the kernels. CMakeLists.txt compiles the kernels
-// (kernels.cc, batch_norm_kernel.cc, rms_norm_kernel.cc, swiglu_kernel.cc)
+// (kernels.cc, batch_norm_kernel.cc, rms_norm_kernel.cc, swiglu_kernel.cc,
+// grouped_matmul_kernel.cc)
 // once per CPU target (a baseline build for any x86-64 or aarch64 CPU;
 // x86-64-v3/-v4: AVX2, FMA and F16C, then AVX-512; armv8.2-a+sve: SVE),
 // each copy in its own namespace
@@ -45,6 +46,7 @@ struct Kernels {
   decltype(&RunRmsNormGrad) run_rms_norm_grad;
   decltype(&RunSwiGlu) run_swiglu;
   decltype(&RunSwiGluGrad) run_swiglu_grad;
+  decltype(&RunGroupedMatmul) run_grouped_matmul;
   decltype(&HalfConversions) half_conversions;
 };
 
@@ -53,7 +55,7 @@ struct Kernels {
     name, &target::RunPointwise, &target::BatchNormReduceWorkspaceSize,                    \
         &target::RunBatchNormReduce, &target::RmsNormWorkspaceSize, &target::RunRmsNorm,   \
         &target::RmsNormGradWorkspaceSize, &target::RunRmsNormGrad, &target::RunSwiGlu,    \
-        &target::RunSwiGluGrad, &target::HalfConversions                                   \
+        &target::RunSwiGluGrad, &target::RunGroupedMatmul, &target::HalfConversions          \
   }
 
 Kernels Choose() {
@@ -134,6 +136,12 @@ void RunSwiGlu(const View& x, int64_t outer, int64_t run, const View& out,
 void RunSwiGluGrad(const View& dy, const View& x, int64_t outer, int64_t run, const View& dx,
                    const JaxAclnnHostStream* stream) {
   Chosen().run_swiglu_grad(dy, x, outer, run, dx, stream);
+}
+
+void RunGroupedMatmul(const View& x, const View& weight, const View* bias, const View& group_list,
+                      bool counts, bool along_k, const View& out,
+                      const JaxAclnnHostStream* stream) {
+  Chosen().run_grouped_matmul(x, weight, bias, group_list, counts, along_k, out, stream);
 }
 
 const char* KernelTarget() { return Chosen().target; }

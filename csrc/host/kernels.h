@@ -50,10 +50,11 @@ struct PointwiseParams {
   }
 };
 
-// The kernels' entry points. kernels.cc, batch_norm_kernel.cc,
-// rms_norm_kernel.cc and swiglu_kernel.cc define them once per CPU target, in jax_aclnn::host::<target>, compiled for that
-// target (CMakeLists.txt); dispatch.cc defines them in jax_aclnn::host,
-// calling the best target the CPU supports.
+// The kernels' entry points. The kernel sources (host/*_kernel.cc,
+// kernels.cc) define them once per CPU target, in
+// jax_aclnn::host::<target>, compiled for that target (CMakeLists.txt);
+// dispatch.cc defines them in jax_aclnn::host, calling the best target the
+// CPU supports.
 //
 // RunPointwise: an element-wise operator (one with a PointwiseKernel). Every
 // input view has the output's rank and dims, with stride 0 along broadcast
@@ -66,6 +67,11 @@ struct PointwiseParams {
 // and x_out may be null. RmsNormGrad: dx and dgamma (summed over the rows).
 // SwiGlu over `outer` blocks of x, each A then B (`run` contiguous elements
 // each; out: `run` per block), and its gradient (dx in x's layout).
+// GroupedMatmul (aclnnGroupedMatmulV4's single-tensor forms): along M, out
+// (m, n) rows of group e = x's rows @ weight[e] (+ bias[e]; rows past the
+// groups: zeros); along K, out[e] (m, n) = x[:, ks of e] @
+// weight[ks of e]. group_list: int64 counts or cumulative sums; out
+// contiguous.
 #define JAX_ACLNN_KERNEL_ENTRY_POINTS                                                         \
   void RunPointwise(OpId op, const PointwiseParams& params, const View* inputs,             \
                     int num_inputs, const View& out, const JaxAclnnHostStream* stream);      \
@@ -85,6 +91,9 @@ struct PointwiseParams {
                  const JaxAclnnHostStream* stream);                                          \
   void RunSwiGluGrad(const View& dy, const View& x, int64_t outer, int64_t run,              \
                      const View& dx, const JaxAclnnHostStream* stream);                      \
+  void RunGroupedMatmul(const View& x, const View& weight, const View* bias,                 \
+                        const View& group_list, bool counts, bool along_k, const View& out,  \
+                        const JaxAclnnHostStream* stream);                                   \
   const char* HalfConversions();
 
 JAX_ACLNN_KERNEL_ENTRY_POINTS
