@@ -126,8 +126,8 @@ def test_train_lm_refuses_bad_options(args, message):
 def test_the_plain_model_is_the_same_model(dtype):
     """bench's language-model baseline (train_lm.PLAIN: jax.numpy, jax.nn,
     optax) computes the loss and gradients the catalogue does, so the
-    step table compares the same model; and the table's row has both
-    modes' times."""
+    step table compares the same model; and the table's row has every
+    mode's times (jax_aclnn.nn, its references, the plain model)."""
     import jax.numpy as jnp
     import numpy as np
 
