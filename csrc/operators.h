@@ -47,6 +47,24 @@
   X(A, SwiGlu, (const aclTensor* x, int64_t dim, const aclTensor* out))                   \
   X(A, SwiGluGrad,                                                                        \
     (const aclTensor* yGrad, const aclTensor* x, int64_t dim, const aclTensor* out))       \
+  X(A, RotaryPositionEmbedding,                                                           \
+    (const aclTensor* x, const aclTensor* cos, const aclTensor* sin, int64_t mode,        \
+     aclTensor* out))                                                                     \
+  X(A, RotaryPositionEmbeddingGrad,                                                       \
+    (const aclTensor* dy, const aclTensor* cos, const aclTensor* sin,                     \
+     const aclTensor* xOptional, int64_t mode, const aclTensor* dxOut,                    \
+     const aclTensor* dcosOut, const aclTensor* dsinOut))                                 \
+  X(A, CrossEntropyLoss,                                                                  \
+    (const aclTensor* input, const aclTensor* target, const aclTensor* weightOptional,    \
+     char* reductionOptional, int64_t ignoreIndex, double labelSmoothing,                 \
+     double lseSquareScaleForZloss, bool returnZloss, const aclTensor* lossOut,           \
+     const aclTensor* logProbOut, const aclTensor* zlossOut,                              \
+     const aclTensor* lseForZlossOut))                                                    \
+  X(A, CrossEntropyLossGrad,                                                              \
+    (const aclTensor* gradLoss, const aclTensor* logProb, const aclTensor* target,        \
+     const aclTensor* weightOptional, const aclTensor* gradZlossOptional,                 \
+     const aclTensor* lseForZlossOptional, char* reductionOptional, int64_t ignoreIndex,  \
+     double labelSmoothing, double lseSquareScaleForZloss, const aclTensor* out))       \
   X(A, GroupedMatmulV4,                                                                   \
     (const aclTensorList* x, const aclTensorList* weight, const aclTensorList* biasOptional, \
      const aclTensorList* scaleOptional, const aclTensorList* offsetOptional,             \

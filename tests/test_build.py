@@ -184,7 +184,10 @@ def test_the_host_catalogue_has_the_prototypes_jax_aclnn_nn_declares():
                 if getattr(op, "prototype", None) is not None}
     catalogue = host_catalogue()
     assert set(catalogue) == {"aclnnRmsNorm", "aclnnAddRmsNorm", "aclnnRmsNormGrad",
-                              "aclnnSwiGlu", "aclnnSwiGluGrad", "aclnnGroupedMatmulV4"}
+                              "aclnnSwiGlu", "aclnnSwiGluGrad", "aclnnGroupedMatmulV4",
+                              "aclnnRotaryPositionEmbedding",
+                              "aclnnRotaryPositionEmbeddingGrad", "aclnnCrossEntropyLoss",
+                              "aclnnCrossEntropyLossGrad"}
     for name, text in catalogue.items():
         ours = [(p.name, p.kind) for p in _prototype.parse(text).parameters]
         assert ours == [(p.name, p.kind) for p in declared[name].parameters], name

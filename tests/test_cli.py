@@ -71,6 +71,23 @@ def test_bench_measures_the_catalogue_functions_the_host_runs(capsys):
     assert all(len(re.findall(r"\d\.\d\dx", r)) == 2 for r in rows), rows  # vs XLA, vs torch
 
 
+def test_bench_measures_rope_and_cross_entropy_on_the_host(capsys):
+    """Issue 46: bench's RoPE and cross-entropy cases, forward and gradient
+    (integer labels made torch tensors), against the reference path and
+    PyTorch's formulas."""
+    from jax_aclnn.__main__ import main
+
+    ops = ("nn.rotary_embedding,nn.rotary_embedding_grad,"
+           "nn.softmax_cross_entropy_with_integer_labels,"
+           "nn.softmax_cross_entropy_with_integer_labels_grad")
+    assert main(["bench", "--ops", ops, "--sizes", "2K", "--dtypes", "float32,bfloat16",
+                 "--modes", "clean", "--repeats", "1", "--reuse-repeats", "0",
+                 "--step-repeats", "0", "--quiet"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if " nn." in line]
+    assert len(rows) == 16 and all("2,048" in r for r in rows), rows
+    assert all(len(re.findall(r"\d\.\d\dx", r)) == 2 for r in rows), rows  # vs XLA, vs torch
+
+
 def test_train_loss_falls_and_reports_the_provider(tmp_path):
     png = tmp_path / "loss.png"
     out = run("train", "--epochs", "3", "--ensemble", "2", "--quiet", "--plot", str(png))

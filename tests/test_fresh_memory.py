@@ -62,18 +62,21 @@ def inputs():
     return rng.uniform(-3, 3, SIZE).astype(np.float32), rng.uniform(-3, 3, SIZE).astype(np.float32)
 
 
-@pytest.mark.parametrize("touched", [False, True], ids=["new", "resident"])
+@pytest.mark.parametrize("touched", [None, 0, -1], ids=["new", "first page", "resident"])
 def test_output_memory_new_to_the_process_gets_huge_pages(inputs, touched):
     grad, x = inputs
     memory = mmap.mmap(-1, SIZE * 4, **PRIVATE)  # fresh: no page touched yet
     out = np.frombuffer(memory, np.float32)
-    if touched:
-        out[0] = 1.0  # its first page resident, as malloc's reused heap memory is
+    if touched is not None:
+        # its first page alone: a small temporary XLA placed at its start
+        # (CrossEntropyLoss's loss in the dx of its gradient); its last
+        # page too: resident, as malloc's reused heap memory is
+        out[:1 if touched == 0 else SIZE] = 1.0
     first_huge_page = (out.ctypes.data + HUGE - 1) // HUGE * HUGE
     hardshrink_backward_into(out, grad, x, 0.5)
     # Advised for huge pages when new; left alone when resident (the advice
     # would outlive the call on memory that XLA owns).
-    assert huge_page_advised(first_huge_page) == (not touched)
+    assert huge_page_advised(first_huge_page) == (touched != -1)
     expected = np.where(np.abs(x) > 0.5, grad, np.float32(0))
     np.testing.assert_array_equal(out, expected)
     del out

@@ -1,6 +1,6 @@
 // Run-time CPU dispatch of the kernels. CMakeLists.txt compiles the kernels
 // (kernels.cc, batch_norm_kernel.cc, rms_norm_kernel.cc, swiglu_kernel.cc,
-// grouped_matmul_kernel.cc)
+// grouped_matmul_kernel.cc, rope_kernel.cc, cross_entropy_kernel.cc)
 // once per CPU target (a baseline build for any x86-64 or aarch64 CPU;
 // x86-64-v3/-v4: AVX2, FMA and F16C, then AVX-512; armv8.2-a+sve: SVE),
 // each copy in its own namespace
@@ -47,6 +47,12 @@ struct Kernels {
   decltype(&RunSwiGlu) run_swiglu;
   decltype(&RunSwiGluGrad) run_swiglu_grad;
   decltype(&RunGroupedMatmul) run_grouped_matmul;
+  decltype(&RunRope) run_rope;
+  decltype(&RopeGradWorkspaceSize) rope_grad_workspace_size;
+  decltype(&RunRopeGrad) run_rope_grad;
+  decltype(&CrossEntropyWorkspaceSize) cross_entropy_workspace_size;
+  decltype(&RunCrossEntropyLoss) run_cross_entropy_loss;
+  decltype(&RunCrossEntropyLossGrad) run_cross_entropy_loss_grad;
   decltype(&HalfConversions) half_conversions;
 };
 
@@ -55,7 +61,10 @@ struct Kernels {
     name, &target::RunPointwise, &target::BatchNormReduceWorkspaceSize,                    \
         &target::RunBatchNormReduce, &target::RmsNormWorkspaceSize, &target::RunRmsNorm,   \
         &target::RmsNormGradWorkspaceSize, &target::RunRmsNormGrad, &target::RunSwiGlu,    \
-        &target::RunSwiGluGrad, &target::RunGroupedMatmul, &target::HalfConversions          \
+        &target::RunSwiGluGrad, &target::RunGroupedMatmul, &target::RunRope,              \
+        &target::RopeGradWorkspaceSize, &target::RunRopeGrad,                              \
+        &target::CrossEntropyWorkspaceSize, &target::RunCrossEntropyLoss,                  \
+        &target::RunCrossEntropyLossGrad, &target::HalfConversions                         \
   }
 
 Kernels Choose() {
@@ -142,6 +151,38 @@ void RunGroupedMatmul(const View& x, const View& weight, const View* bias, const
                       bool counts, bool along_k, const View& out,
                       const JaxAclnnHostStream* stream) {
   Chosen().run_grouped_matmul(x, weight, bias, group_list, counts, along_k, out, stream);
+}
+
+void RunRope(const View& x, const View& cos, const View& sin, int mode, const View& out,
+             const JaxAclnnHostStream* stream) {
+  Chosen().run_rope(x, cos, sin, mode, out, stream);
+}
+
+uint64_t RopeGradWorkspaceSize(const View& dy, const View& cos) {
+  return Chosen().rope_grad_workspace_size(dy, cos);
+}
+
+void RunRopeGrad(const View& dy, const View& cos, const View& sin, const View* x, int mode,
+                 const View& dx, const View* dcos, const View* dsin, void* workspace,
+                 const JaxAclnnHostStream* stream) {
+  Chosen().run_rope_grad(dy, cos, sin, x, mode, dx, dcos, dsin, workspace, stream);
+}
+
+uint64_t CrossEntropyWorkspaceSize(const View& input, bool forward) {
+  return Chosen().cross_entropy_workspace_size(input, forward);
+}
+
+void RunCrossEntropyLoss(const View& input, const View& target, const View* weight,
+                         const CrossEntropyAttrs& attrs, const View& loss, const View& log_prob,
+                         void* workspace, const JaxAclnnHostStream* stream) {
+  Chosen().run_cross_entropy_loss(input, target, weight, attrs, loss, log_prob, workspace, stream);
+}
+
+void RunCrossEntropyLossGrad(const View& grad_loss, const View& log_prob, const View& target,
+                             const View* weight, const CrossEntropyAttrs& attrs, const View& out,
+                             void* workspace, const JaxAclnnHostStream* stream) {
+  Chosen().run_cross_entropy_loss_grad(grad_loss, log_prob, target, weight, attrs, out,
+                                       workspace, stream);
 }
 
 const char* KernelTarget() { return Chosen().target; }

@@ -1,6 +1,7 @@
 // Chunks of elements, the grain of tasks and the conversion of contiguous
 // float16/bfloat16 runs to floats, shared by the kernels (kernels.cc,
-// batch_norm_kernel.cc, rms_norm_kernel.cc, swiglu_kernel.cc).
+// batch_norm_kernel.cc, rms_norm_kernel.cc, swiglu_kernel.cc,
+// rope_kernel.cc, cross_entropy_kernel.cc).
 // Compiled once per kernel target (kernels.h), in its namespace, with
 // internal linkage: each kernel file keeps its own copy.
 #ifndef JAX_ACLNN_HOST_HALF_RUNS_H_

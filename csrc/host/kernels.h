@@ -50,6 +50,14 @@ struct PointwiseParams {
   }
 };
 
+// CrossEntropyLoss(Grad)'s attributes (cross_entropy.cc fills them).
+enum class Reduction : int32_t { kNone, kMean, kSum };
+struct CrossEntropyAttrs {
+  int64_t ignore_index;
+  float label_smoothing;
+  Reduction reduction;
+};
+
 // The kernels' entry points. The kernel sources (host/*_kernel.cc,
 // kernels.cc) define them once per CPU target, in
 // jax_aclnn::host::<target>, compiled for that target (CMakeLists.txt);
@@ -72,6 +80,13 @@ struct PointwiseParams {
 // groups: zeros); along K, out[e] (m, n) = x[:, ks of e] @
 // weight[ks of e]. group_list: int64 counts or cumulative sums; out
 // contiguous.
+// Rope: out = x * cos + rotate(x) * sin over contiguous (B, S, N, D) x,
+// cos/sin contiguous (B|1, S|1, N|1, D) (mode 0 half, 1 interleave, 2
+// quarter); RopeGrad: dx, and with x dcos and dsin (summed over cos's
+// broadcast dimensions; null without x).
+// CrossEntropyLoss over the rows of input (N, C): loss and logProb (a
+// weight of C floats or null; target int32 or int64), and its gradient
+// from logProb.
 #define JAX_ACLNN_KERNEL_ENTRY_POINTS                                                         \
   void RunPointwise(OpId op, const PointwiseParams& params, const View* inputs,             \
                     int num_inputs, const View& out, const JaxAclnnHostStream* stream);      \
@@ -94,6 +109,21 @@ struct PointwiseParams {
   void RunGroupedMatmul(const View& x, const View& weight, const View* bias,                 \
                         const View& group_list, bool counts, bool along_k, const View& out,  \
                         const JaxAclnnHostStream* stream);                                   \
+  void RunRope(const View& x, const View& cos, const View& sin, int mode, const View& out,   \
+               const JaxAclnnHostStream* stream);                                            \
+  uint64_t RopeGradWorkspaceSize(const View& dy, const View& cos);                           \
+  void RunRopeGrad(const View& dy, const View& cos, const View& sin, const View* x, int mode, \
+                   const View& dx, const View* dcos, const View* dsin, void* workspace,     \
+                   const JaxAclnnHostStream* stream);                                        \
+  uint64_t CrossEntropyWorkspaceSize(const View& input, bool forward);                       \
+  void RunCrossEntropyLoss(const View& input, const View& target, const View* weight,        \
+                           const CrossEntropyAttrs& attrs, const View& loss,                 \
+                           const View& log_prob, void* workspace,                            \
+                           const JaxAclnnHostStream* stream);                                \
+  void RunCrossEntropyLossGrad(const View& grad_loss, const View& log_prob,                  \
+                               const View& target, const View* weight,                       \
+                               const CrossEntropyAttrs& attrs, const View& out,              \
+                               void* workspace, const JaxAclnnHostStream* stream);           \
   const char* HalfConversions();
 
 JAX_ACLNN_KERNEL_ENTRY_POINTS

@@ -17,7 +17,7 @@
 
 namespace jax_aclnn::host {
 
-constexpr int kMaxInputs = 5;
+constexpr int kMaxInputs = 6;  // aclnnCrossEntropyLossGrad's six
 constexpr int kMaxOutputs = 4;
 
 }  // namespace jax_aclnn::host

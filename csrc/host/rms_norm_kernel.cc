@@ -10,59 +10,13 @@
 #include "host/kernels.h"
 #include "host/memory.h"
 #include "host/parallel.h"
+#include "host/row_kernels.h"
 #include "host/rows.h"
 
 // Compiled once per CPU target (CMakeLists.txt), each copy in its own
 // namespace; dispatch.cc picks one at run time.
 namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET {
 namespace {
-
-// One row of a view (rows.h): its first element and the stride between
-// its elements.
-struct Row {
-  const View* v;
-  int64_t offset, stride;
-  char* At(int64_t j) const {
-    return static_cast<char*>(v->data) + (offset + j * stride) * ElementSize(v->dtype);
-  }
-  // Elements [c, c + len) as floats: the memory itself where it is
-  // contiguous float32, else converted into buf.
-  const float* Load(int64_t c, int64_t len, float* buf) const {
-    if (v->dtype == ACL_FLOAT && stride == 1) return reinterpret_cast<const float*>(At(c));
-    LoadAsFloat(v->dtype, At(c), stride, len, buf);
-    return buf;
-  }
-  // Where to compute elements [c, c + len): the memory itself where it is
-  // contiguous float32 (Store is then a no-op), else buf.
-  float* Out(int64_t c, float* buf) const {
-    return v->dtype == ACL_FLOAT && stride == 1 ? reinterpret_cast<float*>(At(c)) : buf;
-  }
-  void Store(int64_t c, int64_t len, const float* values) const {
-    if (!(v->dtype == ACL_FLOAT && stride == 1)) StoreFromFloat(v->dtype, values, len, At(c), stride);
-  }
-};
-
-// Row r of a view whose first `lead` dimensions index the rows.
-Row RowOf(const View& v, int lead, int64_t r) {
-  int64_t stride = 1;
-  RowElementStride(v, lead, &stride);  // checked by the first phase
-  return {&v, RowOffset(v, lead, r), stride};
-}
-
-// gamma as n floats: in place where it is contiguous float32, else
-// converted into `workspace`.
-const float* GammaFloats(const View& gamma, int64_t n, float* workspace) {
-  const Row g = RowOf(gamma, 0, 0);
-  return g.Load(0, n, workspace);
-}
-
-// Splits `rows` rows of n elements into tasks of about kGrain elements or
-// more, at most 4 per thread.
-int64_t RowTasks(int64_t rows, int64_t n, const JaxAclnnHostStream* stream) {
-  const int64_t work = std::max<int64_t>(1, rows * std::max<int64_t>(n, 1));
-  return std::max<int64_t>(
-      1, std::min({rows, (work + kGrain - 1) / kGrain, 4 * NumThreads(stream)}));
-}
 
 // x's chunk [c, c + len) of row r as floats: x1's, or x1 + x2 (summed in
 // float32, as AddRmsNorm does) written to x_out when `store`.
@@ -106,26 +60,6 @@ void RmsNormRow(const View& x1, const View* x2, const float* gamma, int lead, in
     for (int64_t j = 0; j < len; ++j) o[j] = x[j] * rs * g[j];
     yr.Store(c, len, o);
   }
-}
-
-// The elements of rows [r0, r1) of a contiguous output of rows of n
-// elements, prefaulted where it is new memory (memory.h), a piece at a time.
-template <typename Body>
-void RowsInPieces(const View& out, int64_t n, int64_t piece_bytes, int64_t r0, int64_t r1,
-                  const Body& body) {
-  const int64_t row_bytes = std::max<int64_t>(1, n * ElementSize(out.dtype));
-  const int64_t rows_per_piece =
-      piece_bytes > 0 ? std::max<int64_t>(1, piece_bytes / row_bytes) : r1 - r0;
-  for (int64_t p = r0; p < r1; p += rows_per_piece) {
-    const int64_t q = std::min(r1, p + rows_per_piece);
-    if (piece_bytes > 0) Prefault(static_cast<char*>(out.data) + p * row_bytes, (q - p) * row_bytes);
-    for (int64_t r = p; r < q; ++r) body(r);
-  }
-}
-
-int64_t PieceBytes(const View& out) {
-  return IsContiguous(out) ? PrepareOutput(out.data, out.NumElements() * ElementSize(out.dtype))
-                           : 0;
 }
 
 // RmsNormGrad's row blocks: fixed by the shape, never by the thread count,
@@ -189,13 +123,9 @@ void RunRmsNorm(const View& x1, const View* x2, const View& gamma, int lead, flo
                 const JaxAclnnHostStream* stream) {
   const int64_t rows = DimsProduct(x1, 0, lead), n = DimsProduct(x1, lead, x1.rank);
   if (rows == 0) return;
-  const float* g = GammaFloats(gamma, n, static_cast<float*>(workspace));
-  const int64_t piece = PieceBytes(y);
-  const int64_t tasks = RowTasks(rows, n, stream);
-  ParallelFor(stream, tasks, [&](int64_t t) {
-    RowsInPieces(y, n, piece, rows * t / tasks, rows * (t + 1) / tasks, [&](int64_t r) {
-      RmsNormRow(x1, x2, g, lead, n, epsilon, y, rstd, x_out, r);
-    });
+  const float* g = ContiguousFloats(gamma, n, static_cast<float*>(workspace));
+  ForEachRow(rows, n, y, stream, [&](int64_t r) {
+    RmsNormRow(x1, x2, g, lead, n, epsilon, y, rstd, x_out, r);
   });
 }
 
@@ -210,7 +140,7 @@ void RunRmsNormGrad(const View& dy, const View& x, const View& rstd, const View&
   const int64_t rows = DimsProduct(x, 0, lead), n = DimsProduct(x, lead, x.rank);
   if (n == 0) return;
   float* ws = static_cast<float*>(workspace);
-  const float* g = GammaFloats(gamma, n, ws);
+  const float* g = ContiguousFloats(gamma, n, ws);
   const int64_t blocks = GradBlocks(rows, n);
   float* partials = ws + n;
   const int64_t piece = PieceBytes(dx);

@@ -11,10 +11,12 @@ For each operator, size and dtype, under ``jax.jit``:
   reductions of the same formula);
 * the catalogue's functions the host provider runs (``nn.rms_norm``,
   ``nn.swiglu``; ``nn.<function>_grad``: forward and backward for a random
-  cotangent, as training runs them), on rows of 1024 (SwiGLU: 2048): the
-  same ``jax_aclnn.nn`` function on its reference path is ``xla``, and
-  PyTorch's ``F.rms_norm`` and ``F.silu(a) * b`` (gradients by autograd)
-  ``torch``;
+  cotangent, as training runs them), on rows of 1024 (SwiGLU: 2048;
+  ``nn.rotary_embedding``: x (1, S, 8, 128) with cos and sin (1, S, 1,
+  128); ``nn.softmax_cross_entropy_with_integer_labels``: rows of 32,000
+  classes): the same ``jax_aclnn.nn`` function on its reference path is
+  ``xla``, and PyTorch's ``F.rms_norm``, ``F.silu(a) * b``, the rotate-half
+  formula and ``F.cross_entropy`` (gradients by autograd) ``torch``;
 * the machine's memory-copy bandwidth (256 MiB copied by one thread per
   core), the physical limit of these bandwidth-bound operators, between
   warm buffers and into fresh memory ("fresh copy"): XLA allocates every

@@ -84,23 +84,65 @@ def _vjp(f: Callable[..., Any]) -> Callable[..., Any]:
     return lambda *a: jax.vjp(f, *a[:-1])[1](a[-1])
 
 
+def _rotate_torch(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+
+def _rope_torch(t, grad=False):
+    x, c, s = (a.detach().requires_grad_(grad) for a in t[:3])
+    y = x * c + _rotate_torch(x) * s
+    return torch.autograd.grad(y, (x, c, s), t[3]) if grad else y
+
+
+def _cross_entropy_torch(t, grad=False):
+    x = t[0].detach().requires_grad_(grad)
+    loss = torch.nn.functional.cross_entropy(x, t[1], reduction="none")
+    return torch.autograd.grad(loss, (x,), t[2]) if grad else loss
+
+
+#: RoPE's head size and heads, and the cross entropy's classes (a
+#: vocabulary), of the catalogue's cases.
+HEAD, HEADS, CLASSES = 128, 8, 32000
+
+
+def _rope_args(size, arr, rng):
+    """x (1, S, N, 128) of ``size`` elements, cos and sin (1, S, 1, 128)."""
+    heads = min(HEADS, max(1, size // HEAD))
+    seq = max(1, size // (heads * HEAD))
+    angles = arr((1, seq, 1, HEAD), 0.0, 6.3)
+    return arr((1, seq, heads, HEAD)), jnp.cos(angles), jnp.sin(angles)
+
+
+def _cross_entropy_args(size, arr, rng):
+    """logits (rows, 32000) of ``size`` elements (fewer: one row), int32 labels."""
+    classes = min(size, CLASSES)
+    rows = max(1, size // classes)
+    return arr((rows, classes)), jnp.asarray(rng.integers(0, classes, size=rows), jnp.int32)
+
+
 @dataclass(frozen=True)
 class CatalogueCase:
     """How to measure one jax_aclnn.nn function on ``(rows, HIDDEN)`` rows
-    (``(rows, 2 * HIDDEN)`` for SwiGLU), forward or its gradient."""
+    (``(rows, 2 * HIDDEN)`` for SwiGLU; ``make``'s arguments where given),
+    forward or its gradient."""
 
     fn: Callable[..., Any]  # of (x, weight) or (x,), and a cotangent for gradients
     weight: bool  # a (HIDDEN,) weight after x
     grad: bool
     aten: Callable[..., Any]  # PyTorch's kernels, on torch tensors
     moved: float  # elements read and written, in x's elements
+    #: (size, arr, rng) -> the arguments (x first), for functions of other shapes
+    make: Callable[..., tuple[Any, ...]] | None = None
+    #: the cotangent's shape from the arguments' (a gradient's)
+    cotangent: Callable[[tuple[Any, ...]], tuple[int, ...]] | None = None
 
 
 #: The catalogue's functions the host provider runs (``nn.<function>``:
 #: its forward; ``nn.<function>_grad``: forward and backward for a random
 #: cotangent), against the same function on its reference path (XLA's code
-#: for the formula) and PyTorch's kernels (``F.rms_norm``; ``F.silu(a) * b``),
-#: the gradients by autograd.
+#: for the formula) and PyTorch's kernels (``F.rms_norm``; ``F.silu(a) * b``;
+#: the rotate-half formula; ``F.cross_entropy``), the gradients by autograd.
 CATALOGUE = {
     "nn.rms_norm": CatalogueCase(lambda x, w: nn.rms_norm(x, w), True, False,
                                  _rms_norm_torch, 2),
@@ -109,6 +151,18 @@ CATALOGUE = {
     "nn.swiglu": CatalogueCase(lambda x: nn.swiglu(x), False, False, _swiglu_torch, 1.5),
     "nn.swiglu_grad": CatalogueCase(_vjp(lambda x: nn.swiglu(x)), False, True,
                                     lambda t: _swiglu_torch(t, True), 2.5),
+    "nn.rotary_embedding": CatalogueCase(lambda x, c, s: nn.rotary_embedding(x, c, s), False,
+                                         False, _rope_torch, 2, _rope_args),
+    "nn.rotary_embedding_grad": CatalogueCase(
+        _vjp(lambda x, c, s: nn.rotary_embedding(x, c, s)), False, True,
+        lambda t: _rope_torch(t, True), 3, _rope_args, lambda a: a[0].shape),
+    "nn.softmax_cross_entropy_with_integer_labels": CatalogueCase(
+        lambda x, y: nn.softmax_cross_entropy_with_integer_labels(x, y), False, False,
+        _cross_entropy_torch, 2, _cross_entropy_args),
+    "nn.softmax_cross_entropy_with_integer_labels_grad": CatalogueCase(
+        lambda x, y, g: jax.vjp(  # the logits' gradient (the labels have none)
+            lambda x: nn.softmax_cross_entropy_with_integer_labels(x, y), x)[1](g), False, True,
+        lambda t: _cross_entropy_torch(t, True), 4, _cross_entropy_args, lambda a: a[1].shape),
 }
 
 
@@ -116,15 +170,20 @@ def catalogue_case(op: str, size: int, dtype: Any, rng: np.random.Generator):
     """:func:`make_case` of a :data:`CATALOGUE` entry: x of ``size``
     elements in rows of its hidden size (fewer elements: one row)."""
     case = CATALOGUE[op]
-    cols = (1 if case.weight else 2) * HIDDEN
-    shape = (max(1, size // cols), min(size, cols))
-    out_shape = shape if case.weight else (shape[0], shape[1] // 2)
 
     def arr(shape, lo=-3.0, hi=3.0):
         return jnp.asarray(rng.uniform(lo, hi, size=shape).astype(np.float32)).astype(dtype)
 
-    args = (arr(shape),) + ((arr(shape[-1:], 0.5, 1.5),) if case.weight else ())
-    args += (arr(out_shape),) if case.grad else ()
+    if case.make is not None:
+        args = case.make(size, arr, rng)
+        shape = args[0].shape
+        args += (arr(case.cotangent(args)),) if case.grad else ()
+    else:
+        cols = (1 if case.weight else 2) * HIDDEN
+        shape = (max(1, size // cols), min(size, cols))
+        out_shape = shape if case.weight else (shape[0], shape[1] // 2)
+        args = (arr(shape),) + ((arr(shape[-1:], 0.5, 1.5),) if case.weight else ())
+        args += (arr(out_shape),) if case.grad else ()
     ours = jax.jit(case.fn)
     xla = on_reference_path(case.fn, args)
     return ours, xla, case.aten, args, case.moved * np.prod(shape) * jnp.dtype(dtype).itemsize
@@ -193,6 +252,8 @@ def case_bytes(op: str, size: int) -> int:
 
 
 def to_torch(a: jax.Array):
+    if jnp.issubdtype(a.dtype, jnp.integer):  # class labels
+        return torch.from_numpy(np.array(a)).long()
     t = torch.from_numpy(np.array(a.astype(jnp.float32)))
     return t.to({"float32": torch.float32, "float16": torch.float16,
                  "bfloat16": torch.bfloat16}[str(a.dtype)])

@@ -1,0 +1,107 @@
+// The row kernels' common walk (rms_norm_kernel.cc, cross_entropy_kernel.cc,
+// rope_kernel.cc): a row of a view as floats a chunk at a time, contiguous
+// float parameters, the split of rows into tasks and the prefaulting of a
+// fresh output. Compiled once per kernel target (kernels.h), in its
+// namespace, with internal linkage: each kernel file keeps its own copy.
+#ifndef JAX_ACLNN_HOST_ROW_KERNELS_H_
+#define JAX_ACLNN_HOST_ROW_KERNELS_H_
+
+#include <algorithm>
+#include <cstdint>
+
+#include "host/dtype.h"
+#include "host/half_runs.h"
+#include "host/kernels.h"
+#include "host/memory.h"
+#include "host/parallel.h"
+#include "host/rows.h"
+
+#ifdef JAX_ACLNN_KERNEL_TARGET
+namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET {
+namespace {
+
+// One row of a view (rows.h): its first element and the stride between
+// its elements.
+struct Row {
+  const View* v;
+  int64_t offset, stride;
+  char* At(int64_t j) const {
+    return static_cast<char*>(v->data) + (offset + j * stride) * ElementSize(v->dtype);
+  }
+  // Elements [c, c + len) as floats: the memory itself where it is
+  // contiguous float32, else converted into buf.
+  const float* Load(int64_t c, int64_t len, float* buf) const {
+    if (v->dtype == ACL_FLOAT && stride == 1) return reinterpret_cast<const float*>(At(c));
+    LoadAsFloat(v->dtype, At(c), stride, len, buf);
+    return buf;
+  }
+  // Where to compute elements [c, c + len): the memory itself where it is
+  // contiguous float32 (Store is then a no-op), else buf.
+  float* Out(int64_t c, float* buf) const {
+    return v->dtype == ACL_FLOAT && stride == 1 ? reinterpret_cast<float*>(At(c)) : buf;
+  }
+  void Store(int64_t c, int64_t len, const float* values) const {
+    if (!(v->dtype == ACL_FLOAT && stride == 1)) StoreFromFloat(v->dtype, values, len, At(c), stride);
+  }
+};
+
+// Row r of a view whose first `lead` dimensions index the rows.
+inline Row RowOf(const View& v, int lead, int64_t r) {
+  int64_t stride = 1;
+  RowElementStride(v, lead, &stride);  // checked by the first phase
+  return {&v, RowOffset(v, lead, r), stride};
+}
+
+// A parameter (gamma, a class weight) as n floats: in place where it is
+// contiguous float32, else converted into `workspace`.
+inline const float* ContiguousFloats(const View& v, int64_t n, float* workspace) {
+  return RowOf(v, 0, 0).Load(0, n, workspace);
+}
+
+// Splits `rows` rows of n elements into tasks of about kGrain elements or
+// more, at most 4 per thread.
+inline int64_t RowTasks(int64_t rows, int64_t n, const JaxAclnnHostStream* stream) {
+  const int64_t work = std::max<int64_t>(1, rows * std::max<int64_t>(n, 1));
+  return std::max<int64_t>(
+      1, std::min({rows, (work + kGrain - 1) / kGrain, 4 * NumThreads(stream)}));
+}
+
+// The elements of rows [r0, r1) of a contiguous output of rows of n
+// elements, prefaulted where it is new memory (memory.h), a piece at a time.
+template <typename Body>
+void RowsInPieces(const View& out, int64_t n, int64_t piece_bytes, int64_t r0, int64_t r1,
+                  const Body& body) {
+  const int64_t row_bytes = std::max<int64_t>(1, n * ElementSize(out.dtype));
+  const int64_t rows_per_piece =
+      piece_bytes > 0 ? std::max<int64_t>(1, piece_bytes / row_bytes) : r1 - r0;
+  for (int64_t p = r0; p < r1; p += rows_per_piece) {
+    const int64_t q = std::min(r1, p + rows_per_piece);
+    if (piece_bytes > 0) Prefault(static_cast<char*>(out.data) + p * row_bytes, (q - p) * row_bytes);
+    for (int64_t r = p; r < q; ++r) body(r);
+  }
+}
+
+// The prefault piece of an output RowsInPieces writes (0: nothing to do).
+inline int64_t PieceBytes(const View& out) {
+  return IsContiguous(out) ? PrepareOutput(out.data, out.NumElements() * ElementSize(out.dtype))
+                           : 0;
+}
+
+// Rows [0, rows) of n elements each, split into tasks (RowTasks), each
+// walking its rows in prefaulted pieces of `out` (RowsInPieces).
+template <typename Body>
+void ForEachRow(int64_t rows, int64_t n, const View& out, const JaxAclnnHostStream* stream,
+                const Body& body) {
+  if (rows == 0) return;
+  const int64_t piece = PieceBytes(out);
+  const int64_t tasks = RowTasks(rows, n, stream);
+  ParallelFor(stream, tasks, [&](int64_t t) {
+    RowsInPieces(out, n, piece, rows * t / tasks, rows * (t + 1) / tasks, body);
+  });
+}
+
+}  // namespace
+}  // namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET
+#endif  // JAX_ACLNN_KERNEL_TARGET
+
+#endif  // JAX_ACLNN_HOST_ROW_KERNELS_H_
