@@ -75,7 +75,27 @@
      const aclTensorList* activationQuantScaleOptional,                                   \
      const aclTensorList* activationQuantOffsetOptional, int64_t splitItem,               \
      int64_t groupType, int64_t groupListType, int64_t actType, aclTensorList* out,       \
-     aclTensorList* activationFeatureOutOptional, aclTensorList* dynQuantScaleOutOptional))
+     aclTensorList* activationFeatureOutOptional, aclTensorList* dynQuantScaleOutOptional)) \
+  X(A, FlashAttentionScore,                                                               \
+    (const aclTensor* query, const aclTensor* key, const aclTensor* value,               \
+     const aclTensor* realShiftOptional, const aclTensor* dropMaskOptional,              \
+     const aclTensor* paddingMaskOptional, const aclTensor* attenMaskOptional,           \
+     const aclIntArray* prefixOptional, double scaleValue, double keepProb,              \
+     int64_t preTokens, int64_t nextTokens, int64_t headNum, char* inputLayout,          \
+     int64_t innerPrecise, int64_t sparseMode, const aclTensor* softmaxMaxOut,           \
+     const aclTensor* softmaxSumOut, const aclTensor* softmaxOutOut,                     \
+     const aclTensor* attentionOutOut))                                                  \
+  X(A, FlashAttentionScoreGrad,                                                           \
+    (const aclTensor* query, const aclTensor* keyIn, const aclTensor* value,             \
+     const aclTensor* dy, const aclTensor* pseShiftOptional,                             \
+     const aclTensor* dropMaskOptional, const aclTensor* paddingMaskOptional,            \
+     const aclTensor* attenMaskOptional, const aclTensor* softmaxMaxOptional,            \
+     const aclTensor* softmaxSumOptional, const aclTensor* softmaxInOptional,            \
+     const aclTensor* attentionInOptional, const aclIntArray* prefixOptional,            \
+     double scaleValue, double keepProb, int64_t preTokens, int64_t nextTokens,          \
+     int64_t headNum, char* inputLayout, int64_t innerPrecise, int64_t sparseMode,       \
+     const aclTensor* dqOut, const aclTensor* dkOut, const aclTensor* dvOut,             \
+     const aclTensor* dpseOut))
 
 #define JAX_ACLNN_OPERATORS(X) JAX_ACLNN_OPERATORS_WITH(JAX_ACLNN_OPERATOR_NAMES, X)
 #define JAX_ACLNN_OPERATOR_NAMES(X, Name, name, parameters) X(Name, name)

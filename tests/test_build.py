@@ -7,6 +7,7 @@ from __future__ import annotations
 import platform
 import re
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -187,7 +188,8 @@ def test_the_host_catalogue_has_the_prototypes_jax_aclnn_nn_declares():
                               "aclnnSwiGlu", "aclnnSwiGluGrad", "aclnnGroupedMatmulV4",
                               "aclnnRotaryPositionEmbedding",
                               "aclnnRotaryPositionEmbeddingGrad", "aclnnCrossEntropyLoss",
-                              "aclnnCrossEntropyLossGrad"}
+                              "aclnnCrossEntropyLossGrad",
+                              "aclnnFlashAttentionScore", "aclnnFlashAttentionScoreGrad"}
     for name, text in catalogue.items():
         ours = [(p.name, p.kind) for p in _prototype.parse(text).parameters]
         assert ours == [(p.name, p.kind) for p in declared[name].parameters], name
@@ -378,6 +380,18 @@ NATIVE_MARCHES = ["x86-64", "nehalem", "sandybridge", "ivybridge", "bdver2", "ha
                   "x86-64-v3", "x86-64-v4", "sapphirerapids"]
 
 
+def eigen_include() -> str:
+    """Eigen's headers as the build finds them (CMakeLists.txt): cmeel-eigen's
+    (a build and test requirement in pyproject.toml), else the system's."""
+    prefix = subprocess.run([sys.executable, "-m", "cmeel", "cmake"], capture_output=True,
+                            text=True).stdout.strip()
+    candidates = ([Path(prefix) / "include" / "eigen3"] if prefix else []) + [Path("/usr/include/eigen3")]
+    found = [p for p in candidates if (p / "Eigen" / "Core").exists()]
+    if not found:
+        pytest.fail("Eigen's headers not found: pip install cmeel-eigen (the test extra has it)")
+    return str(found[0])
+
+
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 instruction sets")
 @pytest.mark.parametrize("march", NATIVE_MARCHES)
 def test_the_kernels_compile_for_every_x86_64_cpu_a_native_build_may_target(march):
@@ -389,7 +403,7 @@ def test_the_kernels_compile_for_every_x86_64_cpu_a_native_build_may_target(marc
     sources = sorted(cmake_sources("ACLNN_HOST_KERNEL_SOURCES") - {"csrc/host/gemm.cc"})
     out = subprocess.run(
         ["c++", "-std=c++17", "-fsyntax-only", "-fopenmp-simd", f"-march={march}",
-         "-I", str(ROOT / "csrc"), "-DJAX_ACLNN_KERNEL_TARGET=native",
+         "-I", str(ROOT / "csrc"), "-isystem", eigen_include(), "-DJAX_ACLNN_KERNEL_TARGET=native",
          *(str(ROOT / src) for src in sources)],
         capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-4000:]

@@ -247,6 +247,21 @@ def test_info_folds_long_values_in_a_terminal():
 
 
 @pytest.mark.long_run
+def test_bench_attention_table_measures_every_path(capsys):
+    """Issue 46: bench's attention table times causal jit(grad) through
+    jax_aclnn.nn (the host's blocked kernels), its references, jax.nn and
+    PyTorch, each in a fresh process, with its peak resident memory."""
+    from jax_aclnn.cli import attention_bench
+
+    rows = attention_bench.measure(256, ["float32"], 1, torch_installed=True)
+    assert [r["path"] for r in rows] == list(attention_bench.PATHS)
+    assert all(r["wall_s"] > 0 and r["cpu_s"] > 0 and r["peak_bytes"] >= 0 for r in rows)
+    attention_bench.print_results(rows)
+    out = capsys.readouterr().out
+    assert "256 tokens" in out and out.count("float32") == 4
+
+
+@pytest.mark.long_run
 def test_bench_small_run_writes_its_results(tmp_path):
     import json
 

@@ -1,6 +1,7 @@
 // Run-time CPU dispatch of the kernels. CMakeLists.txt compiles the kernels
 // (kernels.cc, batch_norm_kernel.cc, rms_norm_kernel.cc, swiglu_kernel.cc,
-// grouped_matmul_kernel.cc, rope_kernel.cc, cross_entropy_kernel.cc)
+// grouped_matmul_kernel.cc, rope_kernel.cc, cross_entropy_kernel.cc,
+// attention_kernel.cc)
 // once per CPU target (a baseline build for any x86-64 or aarch64 CPU;
 // x86-64-v3/-v4: AVX2, FMA and F16C, then AVX-512; armv8.2-a+sve: SVE),
 // each copy in its own namespace
@@ -53,6 +54,8 @@ struct Kernels {
   decltype(&CrossEntropyWorkspaceSize) cross_entropy_workspace_size;
   decltype(&RunCrossEntropyLoss) run_cross_entropy_loss;
   decltype(&RunCrossEntropyLossGrad) run_cross_entropy_loss_grad;
+  decltype(&RunFlashAttention) run_flash_attention;
+  decltype(&RunFlashAttentionGrad) run_flash_attention_grad;
   decltype(&HalfConversions) half_conversions;
 };
 
@@ -64,7 +67,8 @@ struct Kernels {
         &target::RunSwiGluGrad, &target::RunGroupedMatmul, &target::RunRope,              \
         &target::RopeGradWorkspaceSize, &target::RunRopeGrad,                              \
         &target::CrossEntropyWorkspaceSize, &target::RunCrossEntropyLoss,                  \
-        &target::RunCrossEntropyLossGrad, &target::HalfConversions                         \
+        &target::RunCrossEntropyLossGrad, &target::RunFlashAttention,                      \
+        &target::RunFlashAttentionGrad, &target::HalfConversions                           \
   }
 
 Kernels Choose() {
@@ -183,6 +187,21 @@ void RunCrossEntropyLossGrad(const View& grad_loss, const View& log_prob, const 
                              void* workspace, const JaxAclnnHostStream* stream) {
   Chosen().run_cross_entropy_loss_grad(grad_loss, log_prob, target, weight, attrs, out,
                                        workspace, stream);
+}
+
+void RunFlashAttention(const View& q, const View& k, const View& v, const View* pse,
+                       const View* mask, const AttentionParams& p, const View& max_out,
+                       const View& sum_out, const View& out, const JaxAclnnHostStream* stream) {
+  Chosen().run_flash_attention(q, k, v, pse, mask, p, max_out, sum_out, out, stream);
+}
+
+void RunFlashAttentionGrad(const View& q, const View& k, const View& v, const View& dy,
+                           const View* pse, const View* mask, const View& max_in,
+                           const View& sum_in, const View& out_in, const AttentionParams& p,
+                           const View& dq, const View& dk, const View& dv, const View* dpse,
+                           const JaxAclnnHostStream* stream) {
+  Chosen().run_flash_attention_grad(q, k, v, dy, pse, mask, max_in, sum_in, out_in, p, dq, dk,
+                                    dv, dpse, stream);
 }
 
 const char* KernelTarget() { return Chosen().target; }

@@ -58,6 +58,14 @@ struct CrossEntropyAttrs {
   Reduction reduction;
 };
 
+// aclnnFlashAttentionScore(+Grad)'s attributes (csrc/ops/flash_attention_score.cc):
+// the logits' scale, CANN's preTokens/nextTokens (clamped to int32: every
+// band wider than the sequences is the same) and sparseMode (0-4).
+struct AttentionParams {
+  float scale;
+  int32_t pre, next, sparse;
+};
+
 // The kernels' entry points. The kernel sources (host/*_kernel.cc,
 // kernels.cc) define them once per CPU target, in
 // jax_aclnn::host::<target>, compiled for that target (CMakeLists.txt);
@@ -87,6 +95,12 @@ struct CrossEntropyAttrs {
 // CrossEntropyLoss over the rows of input (N, C): loss and logProb (a
 // weight of C floats or null; target int32 or int64), and its gradient
 // from logProb.
+// FlashAttention (aclnnFlashAttentionScore, layout BSND: q [B, T, N, D], k
+// and v [B, S, K, D(v)], any strides): out [B, T, N, Dv] and the softmax
+// statistics [B, N, T, 8]; pse ([B|1, N, T|1, S]) and mask ([T, S] or [B|1,
+// N|1, T, S], 1 byte, nonzero = masked; not read for sparse modes 2-4) may
+// be null. FlashAttentionGrad: dq, dk, dv (and dpse, when pse and dpse are
+// given) from dy, the forward's output and statistics.
 #define JAX_ACLNN_KERNEL_ENTRY_POINTS                                                         \
   void RunPointwise(OpId op, const PointwiseParams& params, const View* inputs,             \
                     int num_inputs, const View& out, const JaxAclnnHostStream* stream);      \
@@ -124,6 +138,16 @@ struct CrossEntropyAttrs {
                                const View& target, const View* weight,                       \
                                const CrossEntropyAttrs& attrs, const View& out,              \
                                void* workspace, const JaxAclnnHostStream* stream);           \
+  void RunFlashAttention(const View& q, const View& k, const View& v, const View* pse,       \
+                         const View* mask, const AttentionParams& p, const View& max_out,    \
+                         const View& sum_out, const View& out,                               \
+                         const JaxAclnnHostStream* stream);                                  \
+  void RunFlashAttentionGrad(const View& q, const View& k, const View& v, const View& dy,    \
+                             const View* pse, const View* mask, const View& max_in,          \
+                             const View& sum_in, const View& out_in,                         \
+                             const AttentionParams& p, const View& dq, const View& dk,       \
+                             const View& dv, const View* dpse,                               \
+                             const JaxAclnnHostStream* stream);                              \
   const char* HalfConversions();
 
 JAX_ACLNN_KERNEL_ENTRY_POINTS

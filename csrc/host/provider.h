@@ -17,7 +17,7 @@
 
 namespace jax_aclnn::host {
 
-constexpr int kMaxInputs = 6;  // aclnnCrossEntropyLossGrad's six
+constexpr int kMaxInputs = 12;  // aclnnFlashAttentionScoreGrad's
 constexpr int kMaxOutputs = 4;
 
 }  // namespace jax_aclnn::host

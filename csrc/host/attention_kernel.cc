@@ -1,0 +1,377 @@
+// FlashAttention on the host: RunFlashAttention and RunFlashAttentionGrad
+// (kernels.h), blocked with an online softmax (FlashAttention-2): no score
+// matrix larger than a block of queries by a block of keys is ever held,
+// so the memory is linear in the sequence lengths. The products of a block
+// (S = Q K^T, O += P V, and the backward's) are Eigen's single-threaded
+// float32 GEMMs (gemm.h), one block task per iteration of the provider's
+// ParallelFor; half-precision operands are converted to float32 a block at
+// a time, and the softmax is computed in float32, as CANN's kernels do.
+//
+// Semantics (the test provider's naive kernels, csrc/testing/
+// attention_operators.cc, and CANN's pages): S = scale * (Q K^T + pse),
+// keys masked where attenMask is nonzero (sparse modes 0 and 1) or outside
+// the band or causal triangle the sparse mode defines (0: preTokens/
+// nextTokens when a mask is given, 2: j <= i, 3: j <= i + S - T, 4: the
+// band about that diagonal), P = softmax(S), Y = P V. A row with no key
+// computed has Y = 0, softmaxMax = -FLT_MAX and softmaxSum = 0, and no
+// gradient.
+#include <Eigen/Core>
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "host/dtype.h"
+#include "host/gemm.h"
+#include "host/kernels.h"
+#include "host/parallel.h"
+
+// Compiled once per CPU target (CMakeLists.txt), each copy in its own
+// namespace; dispatch.cc picks one at run time.
+namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET {
+namespace {
+
+// Queries and keys per block: the forward's, the backward's.
+// (Measured at T = S = 4096, H = 64: the CPU time is within noise from 32
+// to 128 queries and 128 to 512 keys; the products dominate it.)
+constexpr int64_t kForwardQueries = 64;
+constexpr int64_t kForwardKeys = 256;
+constexpr int64_t kBackwardQueries = 64;
+constexpr int64_t kBackwardKeys = 128;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+using ArrayMap = Eigen::Map<Eigen::ArrayXf>;
+
+char* Address(const View& v, int64_t offset) {
+  return static_cast<char*>(v.data) + offset * ElementSize(v.dtype);
+}
+
+// Rows [r0, r0 + rows) of head h in batch b of a BSND tensor, as floats:
+// the memory itself where it is float32 with unit stride along D, else
+// converted into buf.
+FloatMatrix Rows(const View& t, int64_t b, int64_t h, int64_t r0, int64_t rows,
+                 std::vector<float>* buf) {
+  const int64_t d = t.dims[3];
+  const int64_t first = b * t.strides[0] + r0 * t.strides[1] + h * t.strides[2];
+  if (t.dtype == ACL_FLOAT && t.strides[3] == 1)
+    return {reinterpret_cast<const float*>(Address(t, first)), rows, d, t.strides[1], 1};
+  buf->resize(static_cast<size_t>(rows * d));
+  for (int64_t r = 0; r < rows; ++r)
+    LoadAsFloat(t.dtype, Address(t, first + r * t.strides[1]), t.strides[3], d,
+                buf->data() + r * d);
+  return {buf->data(), rows, d, d, 1};
+}
+
+// Writes rows x d floats (row-major) to rows [r0, r0 + rows) of head h in
+// batch b of a BSND tensor.
+void StoreRows(const View& t, int64_t b, int64_t h, int64_t r0, int64_t rows, const float* src) {
+  const int64_t d = t.dims[3];
+  const int64_t first = b * t.strides[0] + r0 * t.strides[1] + h * t.strides[2];
+  for (int64_t r = 0; r < rows; ++r)
+    StoreFromFloat(t.dtype, src + r * d, d, Address(t, first + r * t.strides[1]), t.strides[3]);
+}
+
+// The shapes, the optional pse and mask, and which keys each query sees.
+struct Problem {
+  int64_t b, t, n, d, s, kv, dv, group;
+  const View* pse;
+  const View* mask;
+  AttentionParams p;
+  // Element strides of the pse and the mask over (B, N, T, S): 0 where
+  // broadcast.
+  int64_t ps[4] = {}, ms[4] = {};
+
+  Problem(const View& q, const View& k, const View& v, const View* pse_in, const View* mask_in,
+          const AttentionParams& params)
+      : b(q.dims[0]), t(q.dims[1]), n(q.dims[2]), d(q.dims[3]), s(k.dims[1]), kv(k.dims[2]),
+        dv(v.dims[3]), group(q.dims[2] / k.dims[2]), pse(pse_in), mask(mask_in), p(params) {
+    if (params.sparse >= 2) mask = nullptr;  // the compressed causal mask: not read
+    if (pse != nullptr)
+      for (int i = 0; i < 4; ++i) ps[i] = pse->dims[i] == 1 ? 0 : pse->strides[i];
+    if (mask != nullptr) {
+      const int shift = 4 - mask->rank;  // [T, S] as [1, 1, T, S]
+      for (int i = shift; i < 4; ++i)
+        ms[i] = mask->dims[i - shift] == 1 ? 0 : mask->strides[i - shift];
+    }
+  }
+
+  // Keys [*lo, *hi] row i may see (before the explicit mask).
+  void Band(int64_t i, int64_t* lo, int64_t* hi) const {
+    int64_t a = 0, e = s - 1;
+    const int64_t diag = i + s - t;
+    switch (p.sparse) {
+      case 0:
+        if (mask != nullptr) a = i - p.pre, e = i + p.next;
+        break;
+      case 2: e = i; break;
+      case 3: e = diag; break;
+      case 4: a = diag - p.pre, e = diag + p.next; break;
+      default: break;
+    }
+    *lo = std::max<int64_t>(a, 0);
+    *hi = std::min<int64_t>(e, s - 1);
+  }
+
+  // Whether a block of rows [i0, i0 + rows) sees any key in [j0, j1).
+  bool Sees(int64_t i0, int64_t rows, int64_t j0, int64_t j1) const {
+    for (int64_t i = i0; i < i0 + rows; ++i) {
+      int64_t lo, hi;
+      Band(i, &lo, &hi);
+      if (lo <= hi && lo < j1 && hi >= j0) return true;
+    }
+    return false;
+  }
+
+  // Row i of (b, head h)'s scores for keys [j0, j0 + cols), `s` holding
+  // Q K^T: scaled, the pse added, masked keys at -inf. Returns the row's
+  // max (-inf: no key computed).
+  float Scores(int64_t bi, int64_t h, int64_t i, int64_t j0, int64_t cols, float* row,
+               float* buf) const {
+    ArrayMap a(row, cols);
+    if (pse != nullptr) {
+      LoadAsFloat(pse->dtype, Address(*pse, bi * ps[0] + h * ps[1] + i * ps[2] + j0 * ps[3]),
+                  ps[3], cols, buf);
+      a = (a + ArrayMap(buf, cols)) * p.scale;
+    } else {
+      a *= p.scale;
+    }
+    int64_t lo, hi;
+    Band(i, &lo, &hi);
+    const int64_t first = std::clamp<int64_t>(lo - j0, 0, cols);
+    const int64_t end = std::clamp<int64_t>(hi - j0 + 1, first, cols);
+    if (first >= end) return -kInf;
+    std::fill(row, row + first, -kInf);
+    std::fill(row + end, row + cols, -kInf);
+    if (mask != nullptr) {
+      const auto* m = reinterpret_cast<const uint8_t*>(Address(
+          *mask, bi * ms[0] + h * ms[1] + i * ms[2] + j0 * ms[3]));
+      for (int64_t j = first; j < end; ++j)
+        if (m[j * ms[3]] != 0) row[j] = -kInf;
+    }
+    return ArrayMap(row + first, end - first).maxCoeff();
+  }
+};
+
+// exp(row - max) over a row of scores, 0 where masked (-inf).
+void Exponentials(float* row, int64_t cols, float max) {
+  ArrayMap a(row, cols);
+  a = (a > -kInf).select((a - max).exp(), 0.0f);
+}
+
+// A statistic of row (b, h, i): element 0 of its 8.
+float* Stat(const View& v, int64_t b, int64_t h, int64_t i) {
+  return reinterpret_cast<float*>(
+      Address(v, b * v.strides[0] + h * v.strides[1] + i * v.strides[2]));
+}
+
+}  // namespace
+
+void RunFlashAttention(const View& q, const View& k, const View& v, const View* pse,
+                       const View* mask, const AttentionParams& params, const View& max_out,
+                       const View& sum_out, const View& out, const JaxAclnnHostStream* stream) {
+  const Problem pr(q, k, v, pse, mask, params);
+  const int64_t blocks = (pr.t + kForwardQueries - 1) / kForwardQueries;
+  ParallelFor(stream, pr.b * pr.n * blocks, [&](int64_t task) {
+    const int64_t qb = task % blocks, h = (task / blocks) % pr.n, b = task / (blocks * pr.n);
+    const int64_t g = h / pr.group, i0 = qb * kForwardQueries;
+    const int64_t rows = std::min(kForwardQueries, pr.t - i0);
+    std::vector<float> qbuf, kbuf, vbuf, pbuf(static_cast<size_t>(kForwardKeys));
+    std::vector<float> scores(static_cast<size_t>(rows * kForwardKeys));
+    std::vector<float> acc(static_cast<size_t>(rows * pr.dv), 0.0f);
+    std::vector<float> row_max(static_cast<size_t>(rows), -kInf), row_sum(rows, 0.0f);
+    const FloatMatrix qm = Rows(q, b, h, i0, rows, &qbuf);
+    int64_t first = pr.s, last = -1;  // the keys any row sees
+    for (int64_t i = i0; i < i0 + rows; ++i) {
+      int64_t lo, hi;
+      pr.Band(i, &lo, &hi);
+      if (lo <= hi) first = std::min(first, lo), last = std::max(last, hi);
+    }
+    for (int64_t j0 = first / kForwardKeys * kForwardKeys; j0 <= last; j0 += kForwardKeys) {
+      const int64_t cols = std::min(kForwardKeys, pr.s - j0);
+      const FloatMatrix km = Rows(k, b, g, j0, cols, &kbuf);
+      Gemm(qm, km.T(), scores.data(), cols, false);
+      bool any = false;
+      for (int64_t r = 0; r < rows; ++r) {
+        float* row = scores.data() + r * cols;
+        const float max = pr.Scores(b, h, i0 + r, j0, cols, row, pbuf.data());
+        if (max == -kInf) {
+          std::fill(row, row + cols, 0.0f);
+          continue;
+        }
+        any = true;
+        const float next = std::max(row_max[r], max);
+        const float alpha = std::exp(row_max[r] - next);  // 0 for the first keys
+        Exponentials(row, cols, next);
+        row_sum[r] = row_sum[r] * alpha + ArrayMap(row, cols).sum();
+        if (alpha != 1.0f) ArrayMap(acc.data() + r * pr.dv, pr.dv) *= alpha;
+        row_max[r] = next;
+      }
+      if (!any) continue;
+      const FloatMatrix vm = Rows(v, b, g, j0, cols, &vbuf);
+      Gemm({scores.data(), rows, cols, cols, 1}, vm, acc.data(), pr.dv, true);
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      const bool computed = row_sum[r] > 0;
+      ArrayMap(acc.data() + r * pr.dv, pr.dv) *= computed ? 1.0f / row_sum[r] : 0.0f;
+      float* m = Stat(max_out, b, h, i0 + r);
+      float* l = Stat(sum_out, b, h, i0 + r);
+      for (int e = 0; e < 8; ++e) {
+        m[e * max_out.strides[3]] = computed ? row_max[r] : -FLT_MAX;
+        l[e * sum_out.strides[3]] = computed ? row_sum[r] : 0.0f;
+      }
+    }
+    StoreRows(out, b, h, i0, rows, acc.data());
+  });
+}
+
+void RunFlashAttentionGrad(const View& q, const View& k, const View& v, const View& dy,
+                           const View* pse, const View* mask, const View& max_in,
+                           const View& sum_in, const View& out_in, const AttentionParams& params,
+                           const View& dq, const View& dk, const View& dv, const View* dpse,
+                           const JaxAclnnHostStream* stream) {
+  const Problem pr(q, k, v, pse, mask, params);
+  const int64_t threads = NumThreads(stream);
+  // D_i = dy_i . y_i, per (b, h, i).
+  std::vector<float> di(static_cast<size_t>(pr.b * pr.n * pr.t));
+  ParallelFor(stream, pr.b * pr.n, [&](int64_t bh) {
+    const int64_t b = bh / pr.n, h = bh % pr.n;
+    std::vector<float> ybuf, dybuf;
+    for (int64_t i0 = 0; i0 < pr.t; i0 += kBackwardQueries) {
+      const int64_t rows = std::min(kBackwardQueries, pr.t - i0);
+      const FloatMatrix y = Rows(out_in, b, h, i0, rows, &ybuf);
+      const FloatMatrix g = Rows(dy, b, h, i0, rows, &dybuf);
+      for (int64_t r = 0; r < rows; ++r) {
+        float sum = 0.0f;
+        for (int64_t e = 0; e < pr.dv; ++e)
+          sum += y.data[r * y.row_stride + e] * g.data[r * g.row_stride + e];
+        di[static_cast<size_t>(bh * pr.t + i0 + r)] = sum;
+      }
+    }
+  });
+  // Tasks: (batch, key/value head, chunk of key blocks); each owns its key
+  // blocks' dk and dv. With a pse broadcast over the batch (its gradient
+  // summed over it), a task walks every batch. dq: written in place when
+  // one chunk holds every key block (and dq is float32 with a unit stride),
+  // else each chunk sums into a float32 copy of its own, added after.
+  const bool dpse_wanted = pse != nullptr && dpse != nullptr;
+  const bool batch_inside = dpse_wanted && pse->dims[0] == 1 && pr.b > 1;
+  const int64_t key_blocks = (pr.s + kBackwardKeys - 1) / kBackwardKeys;
+  const int64_t base = (batch_inside ? 1 : pr.b) * pr.kv;
+  const int64_t chunks =
+      std::clamp<int64_t>((2 * threads + base - 1) / base, 1, std::max<int64_t>(key_blocks, 1));
+  const bool dq_in_place = chunks == 1 && dq.dtype == ACL_FLOAT && dq.strides[3] == 1;
+  const int64_t dq_size = pr.b * pr.t * pr.n * pr.d;
+  std::vector<float> dq_parts(dq_in_place ? 0 : static_cast<size_t>(chunks * dq_size), 0.0f);
+  // dpse in float32, contiguous in pse's shape.
+  int64_t pse_dims[4] = {}, pse_strides[4] = {};
+  if (dpse_wanted) {
+    int64_t stride = 1;
+    for (int i = 3; i >= 0; --i) {
+      pse_dims[i] = pse->dims[i];
+      pse_strides[i] = pse->dims[i] == 1 ? 0 : stride;
+      stride *= pse->dims[i];
+    }
+  }
+  std::vector<float> dpse_acc(dpse_wanted ? static_cast<size_t>(pse->NumElements()) : 0, 0.0f);
+  ParallelFor(stream, base * chunks, [&](int64_t task) {
+    const int64_t c = task % chunks, g = (task / chunks) % pr.kv, bb = task / (chunks * pr.kv);
+    const int64_t b_first = batch_inside ? 0 : bb, b_end = batch_inside ? pr.b : bb + 1;
+    std::vector<float> kbuf, vbuf, qbuf, dybuf, pbuf(static_cast<size_t>(kBackwardKeys));
+    std::vector<float> p(static_cast<size_t>(kBackwardQueries * kBackwardKeys));
+    std::vector<float> dp(p.size());
+    std::vector<float> dk_acc(static_cast<size_t>(kBackwardKeys * pr.d));
+    std::vector<float> dv_acc(static_cast<size_t>(kBackwardKeys * pr.dv));
+    for (int64_t b = b_first; b < b_end; ++b) {
+      float* dq_base;
+      int64_t ldq;
+      if (dq_in_place) {
+        dq_base = reinterpret_cast<float*>(Address(dq, b * dq.strides[0]));
+        ldq = dq.strides[1];
+        for (int64_t h = g * pr.group; h < (g + 1) * pr.group; ++h)
+          for (int64_t i = 0; i < pr.t; ++i)
+            std::memset(dq_base + i * ldq + h * dq.strides[2], 0, sizeof(float) * pr.d);
+      } else {
+        dq_base = dq_parts.data() + c * dq_size + b * pr.t * pr.n * pr.d;
+        ldq = pr.n * pr.d;
+      }
+      const int64_t dq_head = dq_in_place ? dq.strides[2] : pr.d;
+      for (int64_t kb = c; kb < key_blocks; kb += chunks) {
+        const int64_t j0 = kb * kBackwardKeys, cols = std::min(kBackwardKeys, pr.s - j0);
+        const FloatMatrix km = Rows(k, b, g, j0, cols, &kbuf);
+        const FloatMatrix vm = Rows(v, b, g, j0, cols, &vbuf);
+        std::fill(dk_acc.begin(), dk_acc.end(), 0.0f);
+        std::fill(dv_acc.begin(), dv_acc.end(), 0.0f);
+        for (int64_t h = g * pr.group; h < (g + 1) * pr.group; ++h) {
+          for (int64_t i0 = 0; i0 < pr.t; i0 += kBackwardQueries) {
+            const int64_t rows = std::min(kBackwardQueries, pr.t - i0);
+            if (!pr.Sees(i0, rows, j0, j0 + cols)) continue;
+            const FloatMatrix qm = Rows(q, b, h, i0, rows, &qbuf);
+            Gemm(qm, km.T(), p.data(), cols, false);
+            bool any = false;
+            for (int64_t r = 0; r < rows; ++r) {
+              float* row = p.data() + r * cols;
+              const int64_t i = i0 + r;
+              const float l = *Stat(sum_in, b, h, i);
+              const float max = pr.Scores(b, h, i, j0, cols, row, pbuf.data());
+              if (!(l > 0) || max == -kInf) {
+                std::fill(row, row + cols, 0.0f);
+                continue;
+              }
+              any = true;
+              Exponentials(row, cols, *Stat(max_in, b, h, i));
+              ArrayMap(row, cols) *= 1.0f / l;
+            }
+            if (!any) continue;
+            const FloatMatrix dym = Rows(dy, b, h, i0, rows, &dybuf);
+            const FloatMatrix pm{p.data(), rows, cols, cols, 1};
+            Gemm(pm.T(), dym, dv_acc.data(), pr.dv, true);      // dV += P^T dY
+            Gemm(dym, vm.T(), dp.data(), cols, false);          // dP = dY V^T
+            for (int64_t r = 0; r < rows; ++r) {                // dS = scale P (dP - D)
+              const float d = di[static_cast<size_t>((b * pr.n + h) * pr.t + i0 + r)];
+              ArrayMap pr_row(p.data() + r * cols, cols);
+              pr_row = pr_row * (ArrayMap(dp.data() + r * cols, cols) - d) * pr.p.scale;
+              if (dpse_wanted) {
+                float* to = dpse_acc.data() + b * pse_strides[0] + h * pse_strides[1] +
+                            (i0 + r) * pse_strides[2] + j0;
+                ArrayMap(to, cols) += pr_row;
+              }
+            }
+            Gemm(pm, km, dq_base + i0 * ldq + h * dq_head, ldq, true);  // dQ += dS K
+            Gemm(pm.T(), qm, dk_acc.data(), pr.d, true);                // dK += dS^T Q
+          }
+        }
+        StoreRows(dk, b, g, j0, cols, dk_acc.data());
+        StoreRows(dv, b, g, j0, cols, dv_acc.data());
+      }
+    }
+  });
+  if (!dq_in_place) {  // dq = the chunks' sum
+    ParallelFor(stream, pr.b * pr.t, [&](int64_t bi) {
+      const int64_t b = bi / pr.t, i = bi % pr.t, row = pr.n * pr.d;
+      float* first = dq_parts.data() + bi * row;
+      for (int64_t c = 1; c < chunks; ++c)
+        ArrayMap(first, row) += ArrayMap(first + c * dq_size, row);
+      for (int64_t h = 0; h < pr.n; ++h)
+        StoreFromFloat(dq.dtype, first + h * pr.d, pr.d,
+                       Address(dq, b * dq.strides[0] + i * dq.strides[1] + h * dq.strides[2]),
+                       dq.strides[3]);
+    });
+  }
+  if (dpse_wanted) {  // to dpse's type and strides
+    const float* src = dpse_acc.data();
+    const int64_t rows = pse_dims[0] * pse_dims[1] * pse_dims[2];
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = r % pse_dims[2], h = (r / pse_dims[2]) % pse_dims[1],
+                    b = r / (pse_dims[2] * pse_dims[1]);
+      StoreFromFloat(dpse->dtype, src + r * pse_dims[3], pse_dims[3],
+                     Address(*dpse, b * dpse->strides[0] + h * dpse->strides[1] +
+                                        i * dpse->strides[2]),
+                     dpse->strides[3]);
+    }
+  }
+}
+
+}  // namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET
