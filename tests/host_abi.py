@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 import jax.numpy as jnp
 import numpy as np
 
-from jax_aclnn import _loading, _prototype
+from jax_aclnn import _loading, _prototype, nn  # noqa: F401  (nn declares the catalogue)
 from jax_aclnn._loading import _aclnn_ffi
+from jax_aclnn._primitive import OPERATORS
 
 ACLNN_SUCCESS = 0
 ACLNN_ERR_PARAM_NULLPTR = 161001
@@ -34,14 +35,19 @@ _SIGNATURES = {
     "aclDestroyAclOpExecutor": (ctypes.c_int32, [_p]),
     "aclSetInputTensorAddr": (ctypes.c_int32, [_p, ctypes.c_size_t, _p, _p]),
     "aclSetOutputTensorAddr": (ctypes.c_int32, [_p, ctypes.c_size_t, _p, _p]),
+    "aclCreateTensorList": (_p, [ctypes.POINTER(_p), ctypes.c_uint64]),
+    "aclDestroyTensorList": (ctypes.c_int32, [_p]),
 }
 #: The ctypes type of each kind of first-phase parameter (jax_aclnn._prototype).
 _CTYPES = {"bool": ctypes.c_bool, "int64": ctypes.c_int64, "double": ctypes.c_double,
            "float": ctypes.c_float, "string": ctypes.c_char_p}
-for _name, _text in _aclnn_ffi.operator_prototypes().items():
-    # the first phase from the operator list's prototype, then workspaceSize
-    # and executor; the second phase is aclnnXxx(workspace, size, executor, stream)
-    _proto = _prototype.parse(_text)
+#: The built-in operators' prototypes (the operator list) and the catalogue's
+#: (jax_aclnn.nn declares them; the host provider implements some).
+_PROTOTYPES = [_prototype.parse(text) for text in _aclnn_ffi.operator_prototypes().values()]
+_PROTOTYPES += [op.prototype for op in OPERATORS.values() if getattr(op, "prototype", None)]
+for _proto in _PROTOTYPES:
+    # the first phase from the prototype, then workspaceSize and executor;
+    # the second phase is aclnnXxx(workspace, size, executor, stream)
     _SIGNATURES[_proto.first_phase] = (
         ctypes.c_int32, [_CTYPES.get(p.kind, _p) for p in _proto.parameters] + [_u64p, _p])
     _SIGNATURES[_proto.name] = (ctypes.c_int32, [_p, ctypes.c_uint64, _p, _p])
@@ -51,6 +57,8 @@ def load() -> ctypes.CDLL:
     """The host provider with the ABI's signatures set."""
     lib = ctypes.CDLL(str(_loading.HOST_PROVIDER_LIBRARY))
     for name, (restype, argtypes) in _SIGNATURES.items():
+        if not hasattr(lib, name):  # a catalogue operator the host provider lacks
+            continue
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, argtypes
     return lib

@@ -23,14 +23,6 @@ from host_abi import ACL_DTYPES, ACLNN_ERR_PARAM_INVALID, LIB, create_tensor, er
 import jax_aclnn as aclnn
 from jax_aclnn import nn
 
-_p, _i64, _f64 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double
-_u64p = ctypes.POINTER(ctypes.c_uint64)
-LIB.aclnnFlashAttentionScoreGetWorkspaceSize.restype = ctypes.c_int32
-LIB.aclnnFlashAttentionScoreGetWorkspaceSize.argtypes = (
-    [_p] * 8 + [_f64, _f64, _i64, _i64, _i64, ctypes.c_char_p, _i64, _i64] + [_p] * 4
-    + [_u64p, _p])
-LIB.aclnnFlashAttentionScore.restype = ctypes.c_int32
-LIB.aclnnFlashAttentionScore.argtypes = [_p, ctypes.c_uint64, _p, _p]
 
 FORWARD, GRAD = "aclnnFlashAttentionScore", "aclnnFlashAttentionScoreGrad"
 
@@ -210,7 +202,7 @@ class Forward:
         mx = np.zeros((b, n, t, 8), stats_dtype)
         total = np.zeros((b, n, t, 8), stats_dtype)
         out = np.zeros(q.shape[:3] + v.shape[3:], q.dtype)
-        ws, ex = ctypes.c_uint64(), _p()
+        ws, ex = ctypes.c_uint64(), ctypes.c_void_p()
         status = LIB.aclnnFlashAttentionScoreGetWorkspaceSize(
             self.tensor(q), self.tensor(k), self.tensor(v), self.tensor(pse), None, None,
             self.tensor(mask), None, scale, keep_prob, pre, nxt, n if heads is None else heads,

@@ -21,16 +21,6 @@ import jax_aclnn as aclnn
 from jax_aclnn import nn
 
 _p = ctypes.c_void_p
-LIB.aclCreateTensorList.restype = _p
-LIB.aclCreateTensorList.argtypes = [ctypes.POINTER(_p), ctypes.c_uint64]
-LIB.aclDestroyTensorList.restype = ctypes.c_int32
-LIB.aclDestroyTensorList.argtypes = [_p]
-_i64 = ctypes.c_int64
-LIB.aclnnGroupedMatmulV4GetWorkspaceSize.restype = ctypes.c_int32
-LIB.aclnnGroupedMatmulV4GetWorkspaceSize.argtypes = (
-    [_p] * 12 + [_i64] * 4 + [_p] * 3 + [ctypes.POINTER(ctypes.c_uint64), _p])
-LIB.aclnnGroupedMatmulV4.restype = ctypes.c_int32
-LIB.aclnnGroupedMatmulV4.argtypes = [_p, ctypes.c_uint64, _p, _p]
 
 
 def assert_products_close(actual, expected, magnitude, dtype, terms: int) -> None:

@@ -242,21 +242,6 @@ def test_the_environment_switch_forces_the_references(value, custom_calls):
 
 # --- the C ABI: strided views, and what CANN refuses -----------------------------------------
 
-_p, _u64p = ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)
-_PHASES = {
-    "aclnnRmsNorm": [_p, _p, ctypes.c_double, _p, _p],
-    "aclnnAddRmsNorm": [_p, _p, _p, ctypes.c_double, _p, _p, _p],
-    "aclnnRmsNormGrad": [_p, _p, _p, _p, _p, _p],
-    "aclnnSwiGlu": [_p, ctypes.c_int64, _p],
-    "aclnnSwiGluGrad": [_p, _p, ctypes.c_int64, _p],
-}
-for _name, _args in _PHASES.items():
-    getattr(LIB, _name + "GetWorkspaceSize").argtypes = _args + [_u64p, _p]
-    getattr(LIB, _name + "GetWorkspaceSize").restype = ctypes.c_int32
-    getattr(LIB, _name).argtypes = [_p, ctypes.c_uint64, _p, _p]
-    getattr(LIB, _name).restype = ctypes.c_int32
-
-
 def first_phase(name, *args):
     ws, ex = ctypes.c_uint64(), ctypes.c_void_p()
     status = getattr(LIB, name + "GetWorkspaceSize")(*args, ctypes.byref(ws), ctypes.byref(ex))

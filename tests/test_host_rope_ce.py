@@ -103,22 +103,6 @@ def test_rotary_embedding_without_a_gradient_for_cos_and_sin(rng):
 
 # --- the C ABI: mode 2 (quarter), and what CANN refuses --------------------------------------
 
-_p, _u64p = ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)
-_PHASES = {
-    "aclnnRotaryPositionEmbedding": [_p, _p, _p, ctypes.c_int64, _p],
-    "aclnnRotaryPositionEmbeddingGrad": [_p, _p, _p, _p, ctypes.c_int64, _p, _p, _p],
-    "aclnnCrossEntropyLoss": [_p, _p, _p, ctypes.c_char_p, ctypes.c_int64, ctypes.c_double,
-                              ctypes.c_double, ctypes.c_bool, _p, _p, _p, _p],
-    "aclnnCrossEntropyLossGrad": [_p] * 6 + [ctypes.c_char_p, ctypes.c_int64, ctypes.c_double,
-                                             ctypes.c_double, _p],
-}
-for _name, _args in _PHASES.items():
-    getattr(LIB, _name + "GetWorkspaceSize").argtypes = _args + [_u64p, _p]
-    getattr(LIB, _name + "GetWorkspaceSize").restype = ctypes.c_int32
-    getattr(LIB, _name).argtypes = [_p, ctypes.c_uint64, _p, _p]
-    getattr(LIB, _name).restype = ctypes.c_int32
-
-
 def call(name, *args):
     """Both phases; the first's status and message if it refuses."""
     ws, ex = ctypes.c_uint64(), ctypes.c_void_p()
