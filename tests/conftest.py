@@ -21,6 +21,14 @@ JAX_RELEASE = tuple(int(p) for p in jax.__version__.split(".")[:2])
 
 DTYPES = ["float32", "float16", "bfloat16"]
 
+try:  # PyTorch's CPU kernels: the oracle of many tests (the test extra pins it)
+    import torch
+    import torch.nn.functional as F
+except ImportError:  # the sanitizers' and qemu's venvs: the torch-free tests run there
+    torch = F = None
+#: Marks a test whose oracle is PyTorch: skipped only where it is not installed.
+needs_torch = pytest.mark.skipif(torch is None, reason="its oracle is PyTorch (the test extra)")
+
 try:  # the context manager turning 64-bit types on
     from jax import enable_x64  # jax >= 0.8
 except ImportError:  # jax 0.7

@@ -15,9 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
-import torch.nn.functional as F
-from conftest import DTYPES, f64, tolerance
+from conftest import DTYPES, F, f64, needs_torch, tolerance, torch
 from host_abi import ACL_DTYPES, ACLNN_ERR_PARAM_INVALID, LIB, create_tensor, error_message
 
 import jax_aclnn as aclnn
@@ -131,6 +129,7 @@ def test_attention_equals_float64_numpy_forward_and_backward(rng, dtype, case):
     assert (f64(out)[dead] == 0).all() and (f64(dq)[dead] == 0).all()
 
 
+@needs_torch
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_attention_equals_torch_sdpa_in_float64(rng, dtype):
     """PyTorch's F.scaled_dot_product_attention (float64, from the same

@@ -16,9 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
-import torch.nn.functional as F
-from conftest import DTYPES, assert_close, f64, tolerance
+from conftest import DTYPES, F, assert_close, f64, needs_torch, tolerance, torch
 from host_abi import (ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, LIB, Strided,
                       create_tensor, error_message)
 
@@ -75,6 +73,7 @@ def rms_case(rng, shape, k, dtype, weight_dtype, zero_row=False):
     return jnp.asarray(x, dtype), jnp.asarray(w, weight_dtype)
 
 
+@needs_torch
 @pytest.mark.parametrize("dtype,weight_dtype", [(d, d) for d in DTYPES] + [
     ("bfloat16", "float32"), ("float16", "float32")])
 @pytest.mark.parametrize("shape,k", RMS_SHAPES)
@@ -119,6 +118,7 @@ def test_rms_norm_of_a_zero_row_is_zero_with_a_finite_gradient(rng):
 
 # --- add_rms_norm --------------------------------------------------------------------------
 
+@needs_torch
 @pytest.mark.parametrize("dtype,weight_dtype", [(d, d) for d in DTYPES] + [("bfloat16", "float32")])
 @pytest.mark.parametrize("shape", [(6, 32), (37,), (2, 3, 45), (3, 1, 1100)])
 def test_add_rms_norm_equals_torch(rng, dtype, weight_dtype, shape):
@@ -151,6 +151,7 @@ def test_add_rms_norm_equals_torch(rng, dtype, weight_dtype, shape):
 
 # --- swiglu ----------------------------------------------------------------------------------
 
+@needs_torch
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape,axis", [((74,), -1), ((4, 6, 10), -1), ((4, 6, 10), 1),
                                         ((6, 5), 0), ((2, 1, 3, 2 * 37), -1),

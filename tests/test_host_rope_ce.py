@@ -19,9 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
-import torch.nn.functional as F
-from conftest import DTYPES, assert_close, f64
+from conftest import DTYPES, F, assert_close, f64, needs_torch, torch
 from host_abi import ACLNN_ERR_PARAM_INVALID, LIB, create_tensor, error_message
 from test_host_llm_kernels import (F16, F32, F64, I32, assert_sum_close, contiguous, destroy,
                                    rounded, t64, tensor)
@@ -61,6 +59,7 @@ ROPE_SHAPES = [((2, 5, 3, 8), (1, 5, 1, 8)), ((2, 5, 3, 6), (2, 5, 3, 6)),
                ((4, 64, 4, 66), (1, 1, 1, 66)), ((2, 16, 16, 128), (1, 16, 1, 128))]
 
 
+@needs_torch
 @pytest.mark.parametrize("mode", ["half", "interleave"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape,cos_shape", ROPE_SHAPES)
@@ -89,6 +88,7 @@ def test_rotary_embedding_equals_torch(rng, dtype, shape, cos_shape, mode):
         assert_sum_close(got, t.grad.numpy(), magnitude, dtype, terms)
 
 
+@needs_torch
 def test_rotary_embedding_without_a_gradient_for_cos_and_sin(rng):
     """dcos and dsin not needed: the grad without x (CANN leaves them)."""
     x = jnp.asarray(rng.normal(size=(2, 3, 4, 8)), jnp.float32)
@@ -162,6 +162,7 @@ def test_rope_mode_2_quarter_through_the_abi(rng, dtype):
 
 # --- softmax_cross_entropy_with_integer_labels against torch.nn.functional.cross_entropy ---
 
+@needs_torch
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(37,), (5, 37), (3, 4, 9), (2, 1, 3, 1100), (6, 1), (4, 2500)])
 def test_cross_entropy_equals_torch(rng, dtype, shape):
@@ -183,6 +184,7 @@ def test_cross_entropy_equals_torch(rng, dtype, shape):
     assert_close(g, tl.grad.numpy(), dtype, scale=2)
 
 
+@needs_torch
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cross_entropy_of_large_negative_and_infinite_logits(rng, dtype):
     """A row of large negative logits, a -inf logit (not the label): the
@@ -210,6 +212,7 @@ def test_cross_entropy_of_large_negative_and_infinite_logits(rng, dtype):
 REDUCTIONS = ["none", "mean", "sum"]
 
 
+@needs_torch
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 @pytest.mark.parametrize("weighted,smoothing,ignore", [(False, 0.0, -100), (True, 0.0, 2),
                                                        (False, 0.2, 1), (True, 0.3, -100),
@@ -254,6 +257,7 @@ def test_cross_entropy_attributes_through_the_abi(rng, dtype, reduction, weighte
     assert np.all(g["dx"].values()[[1, 4]] == 0)  # the ignored rows
 
 
+@needs_torch
 def test_cross_entropy_takes_int32_targets_and_a_zero_d_grad_loss(rng):
     x = rng.normal(size=(5, 6)).astype(np.float32)
     target = np.array([0, 5, 2, 2, 1], np.int32)
