@@ -261,6 +261,20 @@ def test_bench_attention_table_measures_every_path(capsys):
     assert "256 tokens" in out and out.count("float32") == 4
 
 
+def test_bench_grouped_matmul_table_times_every_path(capsys):
+    """Issue 46: bench's grouped-matmul table times jit(grad) of a ragged
+    product (uneven groups, one empty) through jax_aclnn.nn (the host's
+    aclnnGroupedMatmulV4), its reference and jax.lax.ragged_dot, paired."""
+    from jax_aclnn.cli import ragged_dot_bench
+
+    assert list(ragged_dot_bench.group_sizes(100, 4)) == [12, 0, 37, 51]
+    row = ragged_dot_bench.measure(64, 16, 24, 4, 1, "bfloat16")
+    assert all(row[f"{m}_s"] > 0 and row[f"{m}_compile_s"] > 0 for m in ragged_dot_bench.MODES)
+    ragged_dot_bench.print_results([row])
+    out = capsys.readouterr().out
+    assert "64 x 16 x 24, 4" in out and "bfloat16" in out
+
+
 @pytest.mark.long_run
 def test_bench_small_run_writes_its_results(tmp_path):
     import json

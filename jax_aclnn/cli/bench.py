@@ -48,10 +48,12 @@ time and step time, through jax_aclnn against the same model in pure JAX
 (:mod:`jax_aclnn.cli.step_memory`), and the step and compile times of
 ``train-lm``'s language model through :mod:`jax_aclnn.nn` against the same
 model in jax.numpy, ``jax.nn`` and optax and against its own references
-(:mod:`jax_aclnn.cli.llm_step`), and causal attention's forward and
-backward over ``--attention-tokens`` tokens through jax_aclnn.nn, its
-references, ``jax.nn`` and PyTorch, with each path's peak resident memory
-(:mod:`jax_aclnn.cli.attention_bench`), in each of ``--step-dtypes`` (float32 and bfloat16: the dtypes people train
+(:mod:`jax_aclnn.cli.llm_step`), a mixture-of-experts grouped matmul's
+forward and backward through jax_aclnn.nn, its reference and
+``jax.lax.ragged_dot`` (:mod:`jax_aclnn.cli.ragged_dot_bench`), and causal
+attention's forward and backward over ``--attention-tokens`` tokens through
+jax_aclnn.nn, its references, ``jax.nn`` and PyTorch, with each path's peak
+resident memory (:mod:`jax_aclnn.cli.attention_bench`), in each of ``--step-dtypes`` (float32 and bfloat16: the dtypes people train
 in). Compile times are tracing, lowering and compiling, medians of three
 compilations taking turns, on inputs made before.
 
@@ -92,7 +94,8 @@ from tqdm import tqdm
 import jax_aclnn as aclnn
 from jax_aclnn.cli.common import (UsageError, comma_list, integer, jax_devices, one_of,
                                   print_table, progress_disabled)
-from jax_aclnn.cli import attention_bench, bench_cases, bn_memory, common, llm_step, step_memory
+from jax_aclnn.cli import (attention_bench, bench_cases, bn_memory, common, llm_step, ragged_dot_bench,
+                           step_memory)
 from jax_aclnn.cli.bench_cases import case_bytes, import_torch, measure, timed
 from jax_aclnn.cli.training_state import RealisticProcess
 
@@ -286,7 +289,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.reuse_repeats > 0:
         reuse = reuse_overhead(args.reuse_repeats)
         print_reuse_table(reuse)
-    step = llm = None
+    step = llm = grouped = None
     if args.step_repeats > 0:
         step = [step_memory.measure(*shape, args.step_repeats, dtype)
                 for shape in STEP_SHAPES for dtype in args.step_dtypes]
@@ -294,6 +297,9 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         llm = [llm_step.measure(name, cfg, batch, args.step_repeats, dtype)
                for name, cfg, batch in llm_step.SHAPES for dtype in args.step_dtypes]
         print_llm_table(llm)
+        grouped = [ragged_dot_bench.measure(*shape, min(args.step_repeats, 5), dtype)
+                   for shape in ragged_dot_bench.SHAPES for dtype in args.step_dtypes]
+        ragged_dot_bench.print_results(grouped)
     attention = None
     if args.step_repeats > 0 and args.attention_tokens > 0:
         attention = attention_bench.measure(args.attention_tokens, args.step_dtypes,
@@ -301,7 +307,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         attention_bench.print_results(attention)
     if out is not None:
         (out / "bench.json").write_text(json.dumps(
-            {"copy_gbps": bandwidth, "fresh_copy_gbps": fresh_bandwidth, "rows": rows, "training_step": step, "llm_step": llm, "attention": attention, "executor_reuse": reuse,
+            {"copy_gbps": bandwidth, "fresh_copy_gbps": fresh_bandwidth, "rows": rows, "training_step": step, "llm_step": llm, "grouped_matmul": grouped, "attention": attention, "executor_reuse": reuse,
              "bn_reduce_memory": memory}, indent=2))
         plot(rows, bandwidth, out / "bench.png")
         print(f"wrote {out / 'bench.json'} and {out / 'bench.png'}")
@@ -388,7 +394,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bn-channels", type=integer(16, 1024), default=256, help="channels of the batch-norm shapes, 16 to 1024 (default: %(default)s)")
     p.add_argument("--bn-memory-channels", type=parse_size, metavar="C", help="also measure RSS around a (16, C) batch-norm reduce, e.g. 4M (default: skipped)")
     p.add_argument("--reuse-repeats", type=integer(0), default=200, help="paired runs with executor reuse on and off; 0 skips (default: %(default)s)")
-    p.add_argument("--step-repeats", type=integer(0), default=10, help="timed runs of the training-step and language-model-step tables (the attention table: at most 5); 0 skips them (default: %(default)s)")
+    p.add_argument("--step-repeats", type=integer(0), default=10, help="timed runs of the training-step and language-model-step tables (the grouped-matmul and attention tables: at most 5); 0 skips them (default: %(default)s)")
     p.add_argument("--attention-tokens", type=integer(0), default=4096, metavar="T", help="tokens of the attention table (causal jit(grad), 8 heads of 64; each path in a fresh process, its peak RSS measured); 0 skips (default: %(default)s)")
     p.add_argument("--step-dtypes", default="float32,bfloat16", type=comma_list(one_of(DTYPES), f"some of {', '.join(DTYPES)}"),
                    help="comma-separated dtypes of the training-step and language-model-step tables (default: %(default)s)")
