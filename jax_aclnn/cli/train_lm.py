@@ -490,15 +490,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     # donation is per platform, which a program for several platforms cannot have
     step_args = (params, opt_state, jax.device_put(batch, sharded))
-    exported = jax.export.export(jax.jit(step), platforms=["cpu", "npu"],
+
+    def export(platforms: list[str]) -> jax.export.Exported:
+        return jax.export.export(jax.jit(step), platforms=platforms,
                                  disabled_checks=aclnn.export_disabled_checks())(*step_args)
+
     # counted in the NPU's lowering alone: the CPU's calls the operators the
     # host provider has too
-    per_step = aclnn_calls_per_step(jax.export.export(
-        jax.jit(step), platforms=["npu"],
-        disabled_checks=aclnn.export_disabled_checks())(*step_args).mlir_module())
+    per_step = aclnn_calls_per_step(export(["npu"]).mlir_module())
     if args.export_npu is not None:
-        Path(args.export_npu).write_bytes(exported.serialize())
+        Path(args.export_npu).write_bytes(export(["cpu", "npu"]).serialize())
 
     print("\nSummary")
     relation = (f"{baseline - final:.3f} below" if final < baseline
