@@ -31,8 +31,8 @@
   /* new operators: above this line */
 
 // The catalogue's operators that the host provider implements as well
-// (jax_aclnn.nn declares them, with these prototypes: tests/test_build.py
-// checks both): X(A, Name, parameters) as above, but no built-in JAX
+// (jax_aclnn.nn and jax_aclnn.optax declare them, with these prototypes:
+// tests/test_build.py checks both): X(A, Name, parameters) as above, but no built-in JAX
 // function, and no OpId.
 #define JAX_ACLNN_HOST_CATALOGUE_WITH(X, A)                                               \
   X(A, RmsNorm,                                                                           \
@@ -95,7 +95,11 @@
      double scaleValue, double keepProb, int64_t preTokens, int64_t nextTokens,          \
      int64_t headNum, char* inputLayout, int64_t innerPrecise, int64_t sparseMode,       \
      const aclTensor* dqOut, const aclTensor* dkOut, const aclTensor* dvOut,             \
-     const aclTensor* dpseOut))
+     const aclTensor* dpseOut))                                                          \
+  X(A, ApplyAdamWV2,                                                                      \
+    (aclTensor* varRef, aclTensor* mRef, aclTensor* vRef, aclTensor* maxGradNormOptionalRef, \
+     const aclTensor* grad, const aclTensor* step, float lr, float beta1, float beta2,     \
+     float weightDecay, float eps, bool amsgrad, bool maximize))
 
 #define JAX_ACLNN_OPERATORS(X) JAX_ACLNN_OPERATORS_WITH(JAX_ACLNN_OPERATOR_NAMES, X)
 #define JAX_ACLNN_OPERATOR_NAMES(X, Name, name, parameters) X(Name, name)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import jax.numpy as jnp
 import numpy as np
 
-from jax_aclnn import _loading, _prototype, nn  # noqa: F401  (nn declares the catalogue)
+from jax_aclnn import _loading, _prototype, nn, optax  # noqa: F401  (declare the catalogue)
 from jax_aclnn._loading import _aclnn_ffi
 from jax_aclnn._primitive import OPERATORS
 

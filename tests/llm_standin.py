@@ -226,6 +226,34 @@ def check_adamw_half() -> tuple[list, list, int]:
     return as_f32(ours), as_f32(theirs), calls()["aclnnApplyAdamWV2"]
 
 
+def check_update_and_apply() -> tuple[dict, dict, int]:
+    """jax_aclnn.optax.update_and_apply's float32 steps in place through the
+    test provider's aclnnApplyAdamWV2 (varRef the parameter; a mask), the
+    same steps by optax.adamw and optax.apply_updates, and the kernel's
+    calls."""
+    import optax
+    from test_optax import STEPS, random_tree
+
+    from jax_aclnn import optax as aclnn_optax
+
+    route_through_the_test_provider()
+    aclnn.reset_runtime_stats()
+    rng = np.random.default_rng(0)
+    kwargs = dict(weight_decay=0.3, mask={"w": True, "b": False, "inner": True})
+    tx, ref = aclnn_optax.adamw(1e-2, **kwargs), optax.adamw(1e-2, **kwargs)
+    step = jax.jit(lambda p, s, g: aclnn_optax.update_and_apply(tx, g, s, p))
+    ref_step = jax.jit(lambda p, s, g: (lambda u, s: (optax.apply_updates(p, u), s))(
+        *ref.update(g, s, p)))
+    ours = theirs = random_tree(rng)
+    state, their_state = tx.init(ours), ref.init(theirs)
+    for _ in range(STEPS):
+        g = random_tree(rng)
+        ours, state = step(ours, state, g)
+        theirs, their_state = ref_step(theirs, their_state, g)
+    as_f32 = lambda tree: jax.tree.map(lambda a: np.asarray(a, np.float32), tree)  # noqa: E731
+    return as_f32(ours), as_f32(theirs), calls()["aclnnApplyAdamWV2"]
+
+
 def check_explicit_meshes() -> tuple[dict[str, int], int]:
     """Layouts of tensor parallelism and FSDP on an explicit mesh of the 4
     devices (issue 44: their gradients failed), through the test

@@ -178,7 +178,7 @@ def host_catalogue() -> dict[str, str]:
 def test_the_host_catalogue_has_the_prototypes_jax_aclnn_nn_declares():
     """The host provider implements some of jax_aclnn.nn's declared
     operators (issue 46) with exactly the prototypes they declare."""
-    from jax_aclnn import _prototype, nn  # noqa: F401  (declares the catalogue)
+    from jax_aclnn import _prototype, nn, optax  # noqa: F401  (declare the catalogue)
     from jax_aclnn._primitive import OPERATORS
 
     declared = {op.aclnn_name: op.prototype for op in OPERATORS.values()
@@ -189,7 +189,8 @@ def test_the_host_catalogue_has_the_prototypes_jax_aclnn_nn_declares():
                               "aclnnRotaryPositionEmbedding",
                               "aclnnRotaryPositionEmbeddingGrad", "aclnnCrossEntropyLoss",
                               "aclnnCrossEntropyLossGrad",
-                              "aclnnFlashAttentionScore", "aclnnFlashAttentionScoreGrad"}
+                              "aclnnFlashAttentionScore", "aclnnFlashAttentionScoreGrad",
+                              "aclnnApplyAdamWV2"}
     for name, text in catalogue.items():
         ours = [(p.name, p.kind) for p in _prototype.parse(text).parameters]
         assert ours == [(p.name, p.kind) for p in declared[name].parameters], name

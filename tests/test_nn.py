@@ -7,8 +7,8 @@ In this process the CPU's host provider runs the RMSNorm, SwiGLU, RoPE
 and cross-entropy operators (aclnnRmsNorm, aclnnAddRmsNorm,
 aclnnRmsNormGrad, aclnnSwiGlu, aclnnSwiGluGrad:
 tests/test_host_llm_kernels.py; aclnnRotaryPositionEmbedding(+Grad),
-aclnnCrossEntropyLoss(+Grad): tests/test_host_rope_ce.py); it has none of
-the others, whose pure-JAX references run (the custom VJPs and the declared
+aclnnCrossEntropyLoss(+Grad): tests/test_host_rope_ce.py) and AdamW's
+(aclnnApplyAdamWV2: tests/test_host_adamw.py); it has none of the others, whose pure-JAX references run (the custom VJPs and the declared
 operators' bindings around them are the ones an NPU runs);
 tests/test_nn_standin.py runs the same functions through the test
 provider's aclnn operators.
@@ -326,7 +326,8 @@ def test_the_exported_step_holds_one_aclnn_call_per_use_for_the_npu():
     on_the_cpu_too = {"aclnn_nn_rms_norm", "aclnn_nn_rms_norm_grad", "aclnn_nn_swiglu",
                       "aclnn_nn_swiglu_grad", "aclnn_nn_rotary_position_embedding_1s1d",
                       "aclnn_nn_rotary_position_embedding_grad_1s1d",
-                      "aclnn_nn_cross_entropy_loss", "aclnn_nn_cross_entropy_loss_grad"}
+                      "aclnn_nn_cross_entropy_loss", "aclnn_nn_cross_entropy_loss_grad",
+                      "aclnn_optax_apply_adam_w_v2"}
     assert {t: count(t) for t in per_use} == {
         t: n * (2 if t in on_the_cpu_too else 1) for t, n in per_use.items()}
     assert len(exported.serialize()) > 0

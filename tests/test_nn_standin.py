@@ -77,6 +77,14 @@ def test_adamw_steps_half_parameters_through_the_kernel(standin):
         assert_trees_close(u, t, rtol=2 ** -7, atol=0)  # one bfloat16 ulp
 
 
+def test_update_and_apply_steps_parameters_in_place_through_the_kernel(standin):
+    from test_optax import STEPS, assert_trees_close
+
+    ours, theirs, called = run(standin, "check_update_and_apply")
+    assert called == STEPS * len(jax.tree.leaves(ours)), called  # one call per parameter
+    assert_trees_close(ours, theirs)
+
+
 def test_explicit_mesh_layouts_and_per_example_gradients_run_aclnn_operators(standin):
     counted, per_example_calls = run(standin, "check_explicit_meshes")
     assert all(counted[op] > 0 for op in (

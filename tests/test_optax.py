@@ -4,9 +4,11 @@ schedules, and half-precision parameters (one dtype for the four tensors
 aclnnApplyAdamWV2 takes; tests/test_nn_standin.py runs them through the test
 provider, which refuses mixed dtypes).
 
-In this process CPU has no provider of aclnnApplyAdamWV2: where adamw calls
-it, its pure-JAX reference (CANN's formula) runs; which path a configuration
-takes is read from the traced step.
+In this process the CPU's host provider runs aclnnApplyAdamWV2 where adamw
+calls it (tests/test_host_adamw.py checks the kernel itself); which path a
+configuration takes is read from the traced step. update_and_apply (the
+update and optax.apply_updates in one) against optax's two steps, its
+in-place kernel path read from the lowered and the compiled step.
 """
 
 from __future__ import annotations
@@ -45,11 +47,23 @@ def train(tx, params, grads):
     return params, state
 
 
+def equations(jaxpr):
+    """A jaxpr's equations and those of the jaxprs inside them (the branches
+    of ``jax.lax.platform_dependent``: the NPU's)."""
+    for e in jaxpr.eqns:
+        yield e
+        for value in e.params.values():
+            for inner in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(inner, "jaxpr", inner)
+                if hasattr(inner, "eqns"):
+                    yield from equations(inner)
+
+
 def kernel_calls(tx, params) -> list:
     """The aclnnApplyAdamWV2 calls of the traced update (the state traced,
-    as inside a jitted step)."""
+    as inside a jitted step), in any branch."""
     jaxpr = jax.make_jaxpr(lambda g, s, p: tx.update(g, s, p))(params, tx.init(params), params)
-    return [e for e in jaxpr.eqns if e.primitive.name == "optax_apply_adam_w_v2"]
+    return [e for e in equations(jaxpr.jaxpr) if e.primitive.name == "optax_apply_adam_w_v2"]
 
 
 def assert_trees_close(ours, theirs, rtol=RTOL, atol=ATOL):
@@ -164,3 +178,160 @@ def test_dtypes_cann_does_not_take_are_type_errors():
         tx.init({"w": jnp.ones(3, jnp.int32)})
     with enable_x64(True), pytest.raises(TypeError, match="got float64"):
         tx.init({"w": jnp.ones(3, jnp.float64)})
+
+
+# --- update_and_apply: optax's two steps in one, in place on the kernel ------------------------
+
+UPDATE_CASES = {  # name: adamw's keyword arguments
+    "defaults": {},
+    "mask": {"weight_decay": 0.3, "mask": {"w": True, "b": False, "inner": True}},
+    "no weight decay": {"weight_decay": 0.0},
+}
+#: One unit in the last place of each dtype, relative.
+ULP = {"float32": 2 ** -23, "bfloat16": 2 ** -7, "float16": 2 ** -10}
+
+
+def two_steps(tx, params, grads):
+    """optax's first step from ``params``: ``tx.update``, then
+    ``optax.apply_updates``."""
+    updates, state = tx.update(grads, tx.init(params), params)
+    return optax.apply_updates(params, updates), state
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("name", list(UPDATE_CASES))
+def test_update_and_apply_equals_optax_adamw_and_apply_updates(rng, name, dtype):
+    """Over STEPS jitted steps: ours against optax.adamw + optax.apply_updates,
+    optax computing in float32 from the same parameters and gradients (its
+    moments float32, as ours), its parameters rounded to ``dtype`` each step."""
+    kwargs = UPDATE_CASES[name]
+    params = random_tree(rng, dtype)
+    grads = [random_tree(rng, dtype) for _ in range(STEPS)]
+    tx, ref = aclnn_optax.adamw(1e-2, **kwargs), optax.adamw(1e-2, **kwargs)
+    step = jax.jit(lambda g, s, p: aclnn_optax.update_and_apply(tx, g, s, p))
+    f32 = lambda tree: jax.tree.map(lambda a: a.astype(jnp.float32), tree)  # noqa: E731
+
+    @jax.jit
+    def ref_step(g, s, p):
+        u, s = ref.update(f32(g), s, f32(p))
+        return jax.tree.map(lambda q, n: n.astype(q.dtype), p,
+                            optax.apply_updates(f32(p), u)), s
+
+    ours, theirs = params, params
+    state, their_state = tx.init(params), ref.init(f32(params))
+    for g in grads:
+        ours, state = step(g, state, ours)
+        theirs, their_state = ref_step(g, their_state, theirs)
+    assert jax.tree.map(lambda a: a.dtype, ours) == jax.tree.map(lambda a: a.dtype, params)
+    # float32: the kernel's order of operations; halves: a rounding of the
+    # update and one of the sum (optax's one) a step
+    rtol = RTOL if dtype == "float32" else 2 * STEPS * ULP[dtype]
+    assert_trees_close(ours, theirs, rtol, ATOL if dtype == "float32" else 0)
+    assert_trees_close(state.mu, their_state[0].mu, 1e-4, 1e-6)
+    assert_trees_close(state.nu, their_state[0].nu, 1e-4, 1e-7)
+    assert int(state.count) == STEPS
+
+
+def kernel_lr_and_decay(text: str) -> list[tuple[float, float]]:
+    """(lr, weightDecay) of each aclnnApplyAdamWV2 call of a lowered program
+    (its float attributes, in the prototype's order: lr, beta1, beta2,
+    weightDecay, eps)."""
+    calls = []
+    for line in text.splitlines():
+        if "stablehlo.custom_call @aclnn_optax_apply_adam_w_v2(" in line:
+            floats = [float(x) for x in line.split("floats = dense<[")[1].split("]")[0].split(",")]
+            calls.append((floats[0], floats[3]))
+    return calls
+
+
+def hlo_ops(text: str) -> set[str]:
+    """The StableHLO operations (``stablehlo.<op>``) of a lowered program."""
+    return {line.split("stablehlo.")[1].split(" ")[0].split("(")[0]
+            for line in text.splitlines() if "stablehlo." in line}
+
+
+def test_the_jitted_step_is_one_kernel_call_per_parameter_in_place(rng):
+    """float32 parameters (a rank-0 and a rank-9 one among them): the
+    lowered step holds one aclnnApplyAdamWV2 call per parameter, varRef the
+    parameter, and no arithmetic besides the count's; with the parameters
+    and the state donated, the compiled step aliases them to its results,
+    copies none of rank 1 to 8, and the results are in the donated
+    buffers."""
+    params = random_tree(rng)
+    tx = aclnn_optax.adamw(1e-2, weight_decay=0.1,
+                           mask={"w": True, "b": False, "inner": True})
+    # the results' order (jax pairs each result with the first donated
+    # argument of its shape and dtype not yet taken)
+    step = jax.jit(lambda p, s, g: aclnn_optax.update_and_apply(tx, g, s, p),
+                   donate_argnums=(0, 1))
+    state = tx.init(params)
+    lowered = step.lower(params, state, params)
+    text = lowered.as_text()
+    # w, the rank-0 and the rank-9 parameters decay, b does not
+    assert sorted(kernel_lr_and_decay(text)) == [(1e-2, 0.0)] + [(1e-2, 0.1)] * 3
+    # the count's conversion and increment (scalars), the rank-0 and rank-9
+    # parameters' reshapes: nothing over the parameters but the kernel
+    assert hlo_ops(text) <= {"custom_call", "reshape", "convert", "constant", "compare", "add",
+                             "select", "broadcast_in_dim", "return"}, hlo_ops(text)
+    for line in text.splitlines():
+        if "stablehlo.add" in line or "stablehlo.select" in line:
+            assert "tensor<i32>" in line, line  # the count only
+    compiled = lowered.compile().as_text()
+    assert "input_output_alias" in compiled
+    # no copy of a parameter of rank 1 to 8 or of its moments (XLA copies
+    # the rank-0 and rank-9 ones, which CANN's ranks make a reshape of)
+    copies = [line for line in compiled.splitlines() if " copy(" in line]
+    assert [line for line in copies if "f32[4,3]" in line or "f32[3]{" in line] == []
+    grads = random_tree(rng)
+    want, want_state = two_steps(tx, params, grads)
+    pointers = [a.unsafe_buffer_pointer() for a in jax.tree.leaves((params, state.mu, state.nu))]
+    new_params, new_state = step(params, state, grads)
+    assert [a.unsafe_buffer_pointer() for a in jax.tree.leaves(
+        (new_params, new_state.mu, new_state.nu))] == pointers
+    assert_trees_close(new_params, want)
+    assert_trees_close((new_state.mu, new_state.nu), (want_state.mu, want_state.nu))
+
+
+@pytest.mark.parametrize("name", ["inject_hyperparams", "nesterov", "schedule", "sgd",
+                                  "bfloat16 moments"])
+def test_update_and_apply_takes_the_two_steps_where_the_kernel_cannot(rng, name):
+    """optax.inject_hyperparams' wrapper (not adamw's transformation),
+    Nesterov's momentum, a schedule of the traced count, a plain optax.sgd,
+    mu_dtype bfloat16 (not the parameters' dtype): the result is optax's two
+    steps', and no in-place call is made (where adamw's kernel runs, varRef
+    is a zero buffer: the direction)."""
+    params = random_tree(rng)
+    grads = [random_tree(rng) for _ in range(STEPS)]
+    schedule = optax.linear_schedule(2e-2, 5e-3, STEPS)
+    ours_tx, their_tx = {
+        "inject_hyperparams": (optax.inject_hyperparams(aclnn_optax.adamw)(learning_rate=1e-2),
+                               optax.inject_hyperparams(optax.adamw)(learning_rate=1e-2)),
+        "nesterov": (aclnn_optax.adamw(1e-2, nesterov=True), optax.adamw(1e-2, nesterov=True)),
+        "schedule": (aclnn_optax.adamw(schedule), optax.adamw(schedule)),
+        "sgd": (optax.sgd(1e-2, momentum=0.9),) * 2,
+        "bfloat16 moments": (aclnn_optax.adamw(1e-2, mu_dtype=jnp.bfloat16),
+                             optax.adamw(1e-2, mu_dtype=jnp.bfloat16)),
+    }[name]
+    step = jax.jit(lambda g, s, p: aclnn_optax.update_and_apply(ours_tx, g, s, p))
+    ref_step = jax.jit(lambda g, s, p: (lambda u, s: (optax.apply_updates(p, u), s))(
+        *their_tx.update(g, s, p)))
+    text = step.lower(grads[0], ours_tx.init(params), params).as_text()
+    assert {call == (1.0, 0.0) for call in kernel_lr_and_decay(text)} <= {True}
+    ours, state = params, ours_tx.init(params)
+    theirs, their_state = params, their_tx.init(params)
+    for g in grads:
+        ours, state = step(g, state, ours)
+        theirs, their_state = ref_step(g, their_state, theirs)
+    bf16 = name == "bfloat16 moments"
+    assert_trees_close(ours, theirs, *((RTOL, STEPS * 1e-2 * 2 ** -8) if bf16 else ()))
+
+
+def test_update_and_apply_refuses_what_adamw_refuses():
+    tx = aclnn_optax.adamw(1e-2)
+    params = {"w": jnp.ones(3)}
+    with pytest.raises(TypeError, match="tx must be an optax.GradientTransformation"):
+        aclnn_optax.update_and_apply(object(), params, tx.init(params), params)
+    with pytest.raises(TypeError, match="params is None"):
+        aclnn_optax.update_and_apply(tx, params, tx.init(params), None)
+    with pytest.raises(TypeError, match="a parameter must be .* got int32"):
+        aclnn_optax.update_and_apply(tx, params, tx.init(params), {"w": jnp.ones(3, jnp.int32)})

@@ -1,7 +1,7 @@
 // Run-time CPU dispatch of the kernels. CMakeLists.txt compiles the kernels
 // (kernels.cc, batch_norm_kernel.cc, rms_norm_kernel.cc, swiglu_kernel.cc,
 // grouped_matmul_kernel.cc, rope_kernel.cc, cross_entropy_kernel.cc,
-// attention_kernel.cc)
+// attention_kernel.cc, adamw_kernel.cc)
 // once per CPU target (a baseline build for any x86-64 or aarch64 CPU;
 // x86-64-v3/-v4: AVX2, FMA and F16C, then AVX-512; armv8.2-a+sve: SVE),
 // each copy in its own namespace
@@ -56,6 +56,7 @@ struct Kernels {
   decltype(&RunCrossEntropyLossGrad) run_cross_entropy_loss_grad;
   decltype(&RunFlashAttention) run_flash_attention;
   decltype(&RunFlashAttentionGrad) run_flash_attention_grad;
+  decltype(&RunApplyAdamW) run_apply_adam_w;
   decltype(&HalfConversions) half_conversions;
 };
 
@@ -68,7 +69,7 @@ struct Kernels {
         &target::RopeGradWorkspaceSize, &target::RunRopeGrad,                              \
         &target::CrossEntropyWorkspaceSize, &target::RunCrossEntropyLoss,                  \
         &target::RunCrossEntropyLossGrad, &target::RunFlashAttention,                      \
-        &target::RunFlashAttentionGrad, &target::HalfConversions                           \
+        &target::RunFlashAttentionGrad, &target::RunApplyAdamW, &target::HalfConversions   \
   }
 
 Kernels Choose() {
@@ -202,6 +203,12 @@ void RunFlashAttentionGrad(const View& q, const View& k, const View& v, const Vi
                            const JaxAclnnHostStream* stream) {
   Chosen().run_flash_attention_grad(q, k, v, dy, pse, mask, max_in, sum_in, out_in, p, dq, dk,
                                     dv, dpse, stream);
+}
+
+void RunApplyAdamW(const View& var, const View& m, const View& v, const View* max_v,
+                   const View& grad, const AdamWParams& params, double step,
+                   const JaxAclnnHostStream* stream) {
+  Chosen().run_apply_adam_w(var, m, v, max_v, grad, params, step, stream);
 }
 
 const char* KernelTarget() { return Chosen().target; }

@@ -32,9 +32,11 @@ struct View {
 };
 
 // The element-wise operators' parameters: an operator's Params struct
-// (csrc/ops/<op>_kernel.h), held by value in the executor.
+// (csrc/ops/<op>_kernel.h), held by value in the executor (and any
+// operator's attributes: AdamWParams, 24 bytes, the largest; a kernel
+// copies only its own struct's bytes out).
 struct PointwiseParams {
-  alignas(8) unsigned char bytes[16] = {};
+  alignas(8) unsigned char bytes[24] = {};
   template <typename P>
   static PointwiseParams Of(const P& params) {
     static_assert(sizeof(P) <= sizeof(bytes) && std::is_trivially_copyable_v<P>);
@@ -64,6 +66,13 @@ struct CrossEntropyAttrs {
 struct AttentionParams {
   float scale;
   int32_t pre, next, sparse;
+};
+
+// aclnnApplyAdamWV2's attributes (its float and bool parameters;
+// csrc/ops/apply_adam_w_v2.cc).
+struct AdamWParams {
+  float lr, beta1, beta2, weight_decay, eps;
+  bool amsgrad, maximize;
 };
 
 // The kernels' entry points. The kernel sources (host/*_kernel.cc,
@@ -148,6 +157,9 @@ struct AttentionParams {
                              const AttentionParams& p, const View& dq, const View& dk,       \
                              const View& dv, const View* dpse,                               \
                              const JaxAclnnHostStream* stream);                              \
+  void RunApplyAdamW(const View& var, const View& m, const View& v, const View* max_v,       \
+                     const View& grad, const AdamWParams& params, double step,               \
+                     const JaxAclnnHostStream* stream);                                      \
   const char* HalfConversions();
 
 JAX_ACLNN_KERNEL_ENTRY_POINTS

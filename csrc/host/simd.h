@@ -218,6 +218,32 @@ inline Vec AtLeast(Vec x, float c) { return x > c ? x : c; }
 inline Vec AtMost(Vec x, float c) { return x < c ? x : c; }
 #endif
 
+// sqrt(x), and the larger of a and b (b where a is NaN; std::max's order
+// for a NaN b: a), per lane.
+inline float Sqrt(float x) { return std::sqrt(x); }
+#if defined(__AVX512F__)
+inline Vec Sqrt(Vec x) {
+  return reinterpret_cast<Vec>(_mm512_maskz_sqrt_ps(kAllLanes, reinterpret_cast<__m512>(x)));
+}
+#elif defined(__AVX2__)  // the 8-lane Vec
+inline Vec Sqrt(Vec x) {
+  return reinterpret_cast<Vec>(_mm256_sqrt_ps(reinterpret_cast<__m256>(x)));
+}
+#elif defined(__SSE2__)  // the 4-lane Vec
+inline Vec Sqrt(Vec x) { return reinterpret_cast<Vec>(_mm_sqrt_ps(reinterpret_cast<__m128>(x))); }
+#elif defined(__aarch64__)
+inline Vec Sqrt(Vec x) {
+  return reinterpret_cast<Vec>(vsqrtq_f32(reinterpret_cast<float32x4_t>(x)));
+}
+#else
+inline Vec Sqrt(Vec x) {
+  for (int i = 0; i < kLanes; ++i) x[i] = std::sqrt(x[i]);
+  return x;
+}
+#endif
+inline float Larger(float a, float b) { return a < b ? b : a; }
+inline Vec Larger(Vec a, Vec b) { return a < b ? b : a; }
+
 // 2^n for an integer-valued n in [-126, 128] (128 gives inf), built from
 // its exponent bits.
 inline float Pow2(float n) {
