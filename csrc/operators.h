@@ -99,7 +99,27 @@
   X(A, ApplyAdamWV2,                                                                      \
     (aclTensor* varRef, aclTensor* mRef, aclTensor* vRef, aclTensor* maxGradNormOptionalRef, \
      const aclTensor* grad, const aclTensor* step, float lr, float beta1, float beta2,     \
-     float weightDecay, float eps, bool amsgrad, bool maximize))
+     float weightDecay, float eps, bool amsgrad, bool maximize))                          \
+  X(A, MoeGatingTopKSoftmaxV2,                                                            \
+    (const aclTensor* x, const aclTensor* finishedOptional, int64_t k, int64_t renorm,    \
+     bool outputSoftmaxResultFlag, const aclTensor* yOut, const aclTensor* expertIdxOut,  \
+     const aclTensor* softmaxResultOutOptional))                                          \
+  X(A, MoeTokenPermute,                                                                   \
+    (const aclTensor* tokens, const aclTensor* indices, int64_t numOutTokens,             \
+     bool paddedMode, const aclTensor* permuteTokensOut,                                  \
+     const aclTensor* sortedIndicesOut))                                                  \
+  X(A, MoeTokenPermuteGrad,                                                               \
+    (const aclTensor* permutedOutputGrad, const aclTensor* sortedIndices,                 \
+     int64_t numTopk, bool paddedMode, aclTensor* out))                                   \
+  X(A, MoeTokenUnpermute,                                                                 \
+    (const aclTensor* permutedTokens, const aclTensor* sortedIndices,                     \
+     const aclTensor* probsOptional, bool paddedMode,                                     \
+     const aclIntArray* restoreShapeOptional, aclTensor* out))                            \
+  X(A, MoeTokenUnpermuteGrad,                                                             \
+    (const aclTensor* permuteTokens, const aclTensor* unpermutedTokensGrad,               \
+     const aclTensor* sortedIndices, const aclTensor* probsOptional, bool paddedMode,     \
+     const aclIntArray* restoreShapeOptional, aclTensor* permutedTokensGradOut,           \
+     aclTensor* probsGradOut))
 
 #define JAX_ACLNN_OPERATORS(X) JAX_ACLNN_OPERATORS_WITH(JAX_ACLNN_OPERATOR_NAMES, X)
 #define JAX_ACLNN_OPERATOR_NAMES(X, Name, name, parameters) X(Name, name)

@@ -50,6 +50,17 @@ def f64(a) -> np.ndarray:
     return np.asarray(jnp.asarray(a).astype(jnp.float32), np.float64)
 
 
+def assert_products_close(actual, expected, magnitude, dtype, terms: int) -> None:
+    """A sum of ``terms`` products whose absolute values sum to
+    ``magnitude``: float32 accumulation (scaled by the terms) and the
+    result's rounding to ``dtype`` (the host provider's GEMMs and MoE sums)."""
+    actual, expected = f64(actual), np.asarray(expected, np.float64)
+    bound = (tolerance(dtype) * np.abs(expected)
+             + 4 * np.finfo(np.float32).eps * np.sqrt(max(terms, 1)) * magnitude + 1e-30)
+    assert actual.shape == expected.shape
+    assert np.all(np.abs(actual - expected) <= bound), np.max(np.abs(actual - expected) - bound)
+
+
 def assert_close(actual, expected, dtype, scale: float = 1.0) -> None:
     """Compares with the dtype's tolerance; NaN and inf must match exactly."""
     tol = tolerance(dtype) * scale

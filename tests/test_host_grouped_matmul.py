@@ -14,24 +14,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import DTYPES, f64, tolerance
+from conftest import DTYPES, assert_products_close, f64
 from host_abi import ACL_DTYPES, ACLNN_ERR_PARAM_INVALID, LIB, create_tensor, error_message
 
 import jax_aclnn as aclnn
 from jax_aclnn import nn
 
 _p = ctypes.c_void_p
-
-
-def assert_products_close(actual, expected, magnitude, dtype, terms: int) -> None:
-    """A product summing ``terms`` terms whose absolute values sum to
-    ``magnitude``: float32 accumulation (scaled by the terms) and the
-    result's rounding to ``dtype``."""
-    actual, expected = f64(actual), np.asarray(expected, np.float64)
-    bound = (tolerance(dtype) * np.abs(expected)
-             + 4 * np.finfo(np.float32).eps * np.sqrt(max(terms, 1)) * magnitude + 1e-30)
-    assert actual.shape == expected.shape
-    assert np.all(np.abs(actual - expected) <= bound), np.max(np.abs(actual - expected) - bound)
 
 
 def grouped(lhs, rhs, sizes):

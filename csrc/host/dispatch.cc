@@ -1,7 +1,7 @@
 // Run-time CPU dispatch of the kernels. CMakeLists.txt compiles the kernels
 // (kernels.cc, batch_norm_kernel.cc, rms_norm_kernel.cc, swiglu_kernel.cc,
 // grouped_matmul_kernel.cc, rope_kernel.cc, cross_entropy_kernel.cc,
-// attention_kernel.cc, adamw_kernel.cc)
+// attention_kernel.cc, adamw_kernel.cc, moe_kernel.cc)
 // once per CPU target (a baseline build for any x86-64 or aarch64 CPU;
 // x86-64-v3/-v4: AVX2, FMA and F16C, then AVX-512; armv8.2-a+sve: SVE),
 // each copy in its own namespace
@@ -57,6 +57,10 @@ struct Kernels {
   decltype(&RunFlashAttention) run_flash_attention;
   decltype(&RunFlashAttentionGrad) run_flash_attention_grad;
   decltype(&RunApplyAdamW) run_apply_adam_w;
+  decltype(&RunMoeGating) run_moe_gating;
+  decltype(&RunMoePermute) run_moe_permute;
+  decltype(&RunMoeGatherSum) run_moe_gather_sum;
+  decltype(&RunMoeUnpermuteGrad) run_moe_unpermute_grad;
   decltype(&HalfConversions) half_conversions;
 };
 
@@ -69,7 +73,9 @@ struct Kernels {
         &target::RopeGradWorkspaceSize, &target::RunRopeGrad,                              \
         &target::CrossEntropyWorkspaceSize, &target::RunCrossEntropyLoss,                  \
         &target::RunCrossEntropyLossGrad, &target::RunFlashAttention,                      \
-        &target::RunFlashAttentionGrad, &target::RunApplyAdamW, &target::HalfConversions   \
+        &target::RunFlashAttentionGrad, &target::RunApplyAdamW, &target::RunMoeGating,     \
+        &target::RunMoePermute, &target::RunMoeGatherSum, &target::RunMoeUnpermuteGrad,    \
+        &target::HalfConversions                                                           \
   }
 
 Kernels Choose() {
@@ -209,6 +215,27 @@ void RunApplyAdamW(const View& var, const View& m, const View& v, const View* ma
                    const View& grad, const AdamWParams& params, double step,
                    const JaxAclnnHostStream* stream) {
   Chosen().run_apply_adam_w(var, m, v, max_v, grad, params, step, stream);
+}
+
+void RunMoeGating(const View& x, const View* finished, int64_t k, bool renorm, const View& y,
+                  const View& ids, const JaxAclnnHostStream* stream) {
+  Chosen().run_moe_gating(x, finished, k, renorm, y, ids, stream);
+}
+
+void RunMoePermute(const View& tokens, const View& indices, const View& permuted,
+                   const View& sorted, void* workspace, const JaxAclnnHostStream* stream) {
+  Chosen().run_moe_permute(tokens, indices, permuted, sorted, workspace, stream);
+}
+
+void RunMoeGatherSum(const View& data, const View& sorted, const View* probs, int64_t k,
+                     const View& out, const JaxAclnnHostStream* stream) {
+  Chosen().run_moe_gather_sum(data, sorted, probs, k, out, stream);
+}
+
+void RunMoeUnpermuteGrad(const View& x, const View& dy, const View& sorted, const View* probs,
+                         const View& dx, const View* dprobs, void* workspace,
+                         const JaxAclnnHostStream* stream) {
+  Chosen().run_moe_unpermute_grad(x, dy, sorted, probs, dx, dprobs, workspace, stream);
 }
 
 const char* KernelTarget() { return Chosen().target; }

@@ -110,6 +110,19 @@ struct AdamWParams {
 // N|1, T, S], 1 byte, nonzero = masked; not read for sparse modes 2-4) may
 // be null. FlashAttentionGrad: dq, dk, dv (and dpse, when pse and dpse are
 // given) from dy, the forward's output and statistics.
+// The mixture-of-experts routing (csrc/ops/moe.cc; contiguous tensors,
+// int32 indices; an index out of range is skipped, never followed):
+// MoeGating: per row of x (..., E), renorm false: the top k of softmax(x),
+// true: softmax over the top k of x; y in x's type, ids int32 (E where
+// `finished`, a bool per row, is set). MoePermute: the choices (indices
+// int32 or int64, (T, k) or (T,)) in a stable counting sort by expert;
+// sorted int32 (n,) the row each choice went to, permuted the first
+// rows of tokens[choice / k] in that order. MoeGatherSum: out[t] = sum_j
+// w[t, j] * data[sorted[t * k + j]] (w: probs, or 1 where null;
+// aclnnMoeTokenUnpermute and aclnnMoeTokenPermuteGrad). MoeUnpermuteGrad:
+// dx[sorted[t * k + j]] = dy[t] * w[t, j] (rows no index names: zeros)
+// and, where dprobs is given, dprobs[t, j] = dy[t] . x[sorted[t * k + j]].
+// Sums in float32.
 #define JAX_ACLNN_KERNEL_ENTRY_POINTS                                                         \
   void RunPointwise(OpId op, const PointwiseParams& params, const View* inputs,             \
                     int num_inputs, const View& out, const JaxAclnnHostStream* stream);      \
@@ -160,9 +173,30 @@ struct AdamWParams {
   void RunApplyAdamW(const View& var, const View& m, const View& v, const View* max_v,       \
                      const View& grad, const AdamWParams& params, double step,               \
                      const JaxAclnnHostStream* stream);                                      \
+  void RunMoeGating(const View& x, const View* finished, int64_t k, bool renorm, const View& y, \
+                    const View& ids, const JaxAclnnHostStream* stream);                      \
+  void RunMoePermute(const View& tokens, const View& indices, const View& permuted,          \
+                     const View& sorted, void* workspace, const JaxAclnnHostStream* stream); \
+  void RunMoeGatherSum(const View& data, const View& sorted, const View* probs, int64_t k,   \
+                       const View& out, const JaxAclnnHostStream* stream);                   \
+  void RunMoeUnpermuteGrad(const View& x, const View& dy, const View& sorted,                \
+                           const View* probs, const View& dx, const View* dprobs,            \
+                           void* workspace, const JaxAclnnHostStream* stream);               \
   const char* HalfConversions();
 
 JAX_ACLNN_KERNEL_ENTRY_POINTS
+
+// The MoE kernels' workspaces (the same on every target), for n = T * k
+// choices: MoePermute's two orders of the choices (int32) and the counting
+// sort's buckets (a 16-bit digit's, plus one); MoeUnpermuteGrad's inverse
+// of sortedIndices (int32).
+constexpr int64_t kMoeSortBuckets = int64_t{1} << 16;
+inline uint64_t MoePermuteWorkspaceSize(int64_t n) {
+  return static_cast<uint64_t>(2 * n + kMoeSortBuckets + 1) * sizeof(int32_t);
+}
+inline uint64_t MoeUnpermuteGradWorkspaceSize(int64_t n) {
+  return static_cast<uint64_t>(n) * sizeof(int32_t);
+}
 
 // The CPU target whose kernels run ("x86-64-v3", "native", ...).
 const char* KernelTarget();
