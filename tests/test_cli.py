@@ -275,6 +275,24 @@ def test_bench_grouped_matmul_table_times_every_path(capsys):
     assert "64 x 16 x 24, 4" in out and "bfloat16" in out
 
 
+def test_bench_adamw_table_times_every_path(capsys, monkeypatch):
+    """Issue 46: bench's optimizer table times an AdamW step through
+    update_and_apply (the host's aclnnApplyAdamWV2 in place), optax and
+    torch's fused AdamW, paired, on donated parameters carried from step
+    to step."""
+    import jax_aclnn as aclnn
+    from jax_aclnn.cli import adamw_bench
+
+    monkeypatch.setattr(adamw_bench, "SIZE", 3000)
+    aclnn.reset_runtime_stats()
+    row = adamw_bench.measure("float32", 1, torch_installed=True)
+    assert all(row[f"{p}_s"] > 0 for p in adamw_bench.PATHS)
+    calls = aclnn.runtime_stats()["calls"]["aclnnApplyAdamWV2"]["execute"]
+    assert calls == 3 * adamw_bench.TENSORS  # the warm-up rounds and the timed one, in place
+    adamw_bench.print_results([row])
+    assert "3,000 parameters in 30 tensors" in capsys.readouterr().out
+
+
 @pytest.mark.long_run
 def test_bench_small_run_writes_its_results(tmp_path):
     import json

@@ -48,7 +48,9 @@ time and step time, through jax_aclnn against the same model in pure JAX
 (:mod:`jax_aclnn.cli.step_memory`), and the step and compile times of
 ``train-lm``'s language model through :mod:`jax_aclnn.nn` against the same
 model in jax.numpy, ``jax.nn`` and optax and against its own references
-(:mod:`jax_aclnn.cli.llm_step`), a mixture-of-experts grouped matmul's
+(:mod:`jax_aclnn.cli.llm_step`), an AdamW step through
+:func:`jax_aclnn.optax.update_and_apply` against optax and PyTorch's fused
+AdamW (:mod:`jax_aclnn.cli.adamw_bench`), a mixture-of-experts grouped matmul's
 forward and backward through jax_aclnn.nn, its reference and
 ``jax.lax.ragged_dot`` (:mod:`jax_aclnn.cli.ragged_dot_bench`), and causal
 attention's forward and backward over ``--attention-tokens`` tokens through
@@ -94,8 +96,8 @@ from tqdm import tqdm
 import jax_aclnn as aclnn
 from jax_aclnn.cli.common import (UsageError, comma_list, integer, jax_devices, one_of,
                                   print_table, progress_disabled)
-from jax_aclnn.cli import (attention_bench, bench_cases, bn_memory, common, llm_step, ragged_dot_bench,
-                           step_memory)
+from jax_aclnn.cli import (adamw_bench, attention_bench, bench_cases, bn_memory, common, llm_step,
+                           ragged_dot_bench, step_memory)
 from jax_aclnn.cli.bench_cases import case_bytes, import_torch, measure, timed
 from jax_aclnn.cli.training_state import RealisticProcess
 
@@ -289,7 +291,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.reuse_repeats > 0:
         reuse = reuse_overhead(args.reuse_repeats)
         print_reuse_table(reuse)
-    step = llm = grouped = None
+    step = llm = grouped = optimizer = None
     if args.step_repeats > 0:
         step = [step_memory.measure(*shape, args.step_repeats, dtype)
                 for shape in STEP_SHAPES for dtype in args.step_dtypes]
@@ -300,6 +302,9 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         grouped = [ragged_dot_bench.measure(*shape, min(args.step_repeats, 5), dtype)
                    for shape in ragged_dot_bench.SHAPES for dtype in args.step_dtypes]
         ragged_dot_bench.print_results(grouped)
+        optimizer = [adamw_bench.measure(dtype, args.step_repeats, bench_cases.torch is not None)
+                     for dtype in args.step_dtypes]
+        adamw_bench.print_results(optimizer)
     attention = None
     if args.step_repeats > 0 and args.attention_tokens > 0:
         attention = attention_bench.measure(args.attention_tokens, args.step_dtypes,
@@ -307,7 +312,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         attention_bench.print_results(attention)
     if out is not None:
         (out / "bench.json").write_text(json.dumps(
-            {"copy_gbps": bandwidth, "fresh_copy_gbps": fresh_bandwidth, "rows": rows, "training_step": step, "llm_step": llm, "grouped_matmul": grouped, "attention": attention, "executor_reuse": reuse,
+            {"copy_gbps": bandwidth, "fresh_copy_gbps": fresh_bandwidth, "rows": rows, "training_step": step, "llm_step": llm, "grouped_matmul": grouped, "adamw": optimizer, "attention": attention, "executor_reuse": reuse,
              "bn_reduce_memory": memory}, indent=2))
         plot(rows, bandwidth, out / "bench.png")
         print(f"wrote {out / 'bench.json'} and {out / 'bench.png'}")
