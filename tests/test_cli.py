@@ -261,6 +261,7 @@ def test_bench_attention_table_measures_every_path(capsys):
     assert "256 tokens" in out and out.count("float32") == 4
 
 
+@pytest.mark.long_run
 def test_bench_grouped_matmul_table_times_every_path(capsys):
     """Issue 46: bench's grouped-matmul table times jit(grad) of a ragged
     product (uneven groups, one empty) through jax_aclnn.nn (the host's
@@ -275,6 +276,7 @@ def test_bench_grouped_matmul_table_times_every_path(capsys):
     assert "64 x 16 x 24, 4" in out and "bfloat16" in out
 
 
+@pytest.mark.long_run
 def test_bench_adamw_table_times_every_path(capsys, monkeypatch):
     """Issue 46: bench's optimizer table times an AdamW step through
     update_and_apply (the host's aclnnApplyAdamWV2 in place), optax and
