@@ -1,5 +1,5 @@
 // aclnnApplyAdamWV2's first phase on the host provider (the kernel:
-// host/adamw_kernel.cc), as CANN's ops-nn page gives it
+// host/adamw_kernel.cc). As CANN's ops-nn page gives it
 // (optim/apply_adam_w_v2/docs/aclnnApplyAdamWV2.md): varRef, mRef, vRef,
 // grad (and maxGradNormOptionalRef, required with amsgrad) of one shape of
 // rank 1 to 8 and one type, FLOAT32, FLOAT16 or BFLOAT16, updated in place;

@@ -1,6 +1,6 @@
 // The mixture-of-experts routing operators' first phases on the host
-// provider (the kernels: host/moe_kernel.cc), with CANN's prototypes and
-// semantics (hicann/ops-transformer's pages, as csrc/testing/
+// provider (the kernels: host/moe_kernel.cc). CANN's prototypes and
+// semantics, from hicann/ops-transformer's pages (as csrc/testing/
 // moe_operators.cc cites them):
 //  - aclnnMoeGatingTopKSoftmaxV2 (moe/moe_gating_top_k_softmax_v2/docs/
 //    aclnnMoeGatingTopKSoftmaxV2.md): x (..., E) 2-D or 3-D; renorm 0:
