@@ -9,7 +9,12 @@ from dataclasses import dataclass, field
 import jax.numpy as jnp
 import numpy as np
 
-from jax_aclnn import _loading, _prototype, nn, optax  # noqa: F401  (declare the catalogue)
+from jax_aclnn import _loading, _prototype, nn  # noqa: F401  (declare the catalogue)
+
+try:  # AdamW's declaration needs the optax package (the cli and test extras)
+    from jax_aclnn import optax  # noqa: F401
+except ImportError:  # a venv with the package alone (qemu's): its C signature stays unset
+    pass
 from jax_aclnn._loading import _aclnn_ffi
 from jax_aclnn._primitive import OPERATORS
 
