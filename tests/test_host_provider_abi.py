@@ -159,3 +159,17 @@ def test_batch_norm_reduce_workspace_is_bounded(shape):
     finally:
         for t in [x, *vec]:
             LIB.aclDestroyTensor(t)
+
+
+def test_the_abi_helpers_import_without_optax():
+    """host_abi (and so the host-ABI tests qemu's venv runs: the wheel, pytest
+    and hypothesis alone) imports where optax is not installed; AdamW's C
+    signature is then left unset."""
+    script = ("import sys; sys.modules['optax'] = None; import host_abi; "
+              "print(host_abi.LIB.aclnnSmoothL1LossBackwardGetWorkspaceSize.argtypes is not None)")
+    tests = Path(__file__).parent
+    result = subprocess.run([sys.executable, "-c", script], cwd=tests, capture_output=True, text=True,
+                            env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                                [str(tests)] + sys.path)), timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "True"
