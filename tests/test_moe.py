@@ -6,6 +6,7 @@ under jit, grad and vmap."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import jax
@@ -18,6 +19,7 @@ from declared_operators import LIBRARY
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jax_aclnn import reference_path
 from jax_aclnn.nn import moe_ffn, moe_permute, moe_unpermute, ragged_dot, top_k_routing
 from npu_runtime_harness import NpuProcess
 
@@ -279,10 +281,17 @@ def test_expert_parallel_equals_one_device(dispatcher, axis_type):
 
 # -- ragged_dot: per-example tokens, the group list in JAX's 32-bit mode --------
 
-def test_ragged_dot_vmap_of_batched_tokens_with_unbatched_weights():
+@pytest.mark.parametrize("path", ["aclnn", "reference"])
+def test_ragged_dot_vmap_of_batched_tokens_with_unbatched_weights(path):
     """An MoE layer evaluated per example: jax.lax.ragged_dot raises
     NotImplementedError there; ours equals it example by example, values
-    and gradients, with the group sizes batched or not."""
+    and gradients, with the group sizes batched or not, on the references'
+    path too (JAX_ACLNN_REFERENCE=1 train-lm --experts raised JAX's error)."""
+    with reference_path() if path == "reference" else contextlib.nullcontext():
+        _ragged_dot_vmap_equals_per_example()
+
+
+def _ragged_dot_vmap_equals_per_example():
     lhs, rhs = _normal(20, (3, 10, 4)), _normal(21, (3, 4, 5))
     sizes = jnp.array([[3, 0, 5], [10, 0, 0], [1, 2, 3]], jnp.int32)
 

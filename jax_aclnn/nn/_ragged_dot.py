@@ -53,6 +53,27 @@ def _groups_of(size, counts):
     return jnp.sum(jnp.arange(size)[:, None] >= jnp.cumsum(counts)[None, :], axis=1)
 
 
+@jax.custom_batching.custom_vmap
+def _rows_by_group(a, w, counts):
+    """``jax.lax.ragged_dot`` in float32, whose batching rule takes every
+    operand batched at dimension 0 only: under ``vmap`` (reached where
+    ``reference_path`` runs the references) one product per example
+    (``jax.lax.map``), as the operator's own batching rule runs it. Never
+    differentiated: :func:`ragged_dot`'s VJP calls the operator."""
+    return jax.lax.ragged_dot(a.astype(_F32), w.astype(_F32), counts)
+
+
+@_rows_by_group.def_vmap
+def _rows_by_group_per_example(size, batched, *operands):
+    mapped = [x for x, b in zip(operands, batched) if b]
+
+    def one(xs):
+        xs = iter(xs)
+        return _rows_by_group(*(next(xs) if b else x for x, b in zip(operands, batched)))
+
+    return jax.lax.map(one, mapped), True
+
+
 def _reference(x, weight, biasOptional, scaleOptional, offsetOptional, antiquantScaleOptional,
                antiquantOffsetOptional, perTokenScaleOptional, groupListOptional,
                activationInputOptional, activationQuantScaleOptional,
@@ -62,7 +83,7 @@ def _reference(x, weight, biasOptional, scaleOptional, offsetOptional, antiquant
     # reference may be traced again (lowered) in JAX's 32-bit mode
     counts = groupListOptional.astype(jnp.int32)
     if groupType == _GROUP_ALONG_M:  # out[rows of e] = a[rows] @ w[e]
-        out = jax.lax.ragged_dot(a.astype(_F32), w.astype(_F32), counts)
+        out = _rows_by_group(a, w, counts)
     else:  # groups along K: out[e] = a[:, ks of e] @ w[ks of e]
         g = _groups_of(a.shape[1], counts)
         onehot = jax.nn.one_hot(g, counts.shape[0], dtype=_F32)  # (K, E)
