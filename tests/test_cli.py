@@ -291,8 +291,10 @@ def test_bench_adamw_table_times_every_path(capsys, monkeypatch):
     assert all(row[f"{p}_s"] > 0 for p in adamw_bench.PATHS)
     calls = aclnn.runtime_stats()["calls"]["aclnnApplyAdamWV2"]["execute"]
     assert calls == 3 * adamw_bench.TENSORS  # the warm-up rounds and the timed one, in place
-    adamw_bench.print_results([row])
-    assert "3,000 parameters in 30 tensors" in capsys.readouterr().out
+    assert row["aclnn_gbps"] == pytest.approx(3000 * 28 / row["aclnn_s"] / 1e9)  # float32: 7 passes
+    adamw_bench.print_results([row], 20.0)
+    out = capsys.readouterr().out
+    assert "3,000 parameters in 30 tensors" in out and "copy 20.0 GB/s" in out
 
 
 @pytest.mark.long_run

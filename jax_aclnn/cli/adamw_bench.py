@@ -9,6 +9,12 @@ and the state donated, along three paths with paired times:
 * ``optax``: ``optax.adamw``'s update and ``optax.apply_updates`` (XLA's
   code);
 * ``torch``: ``torch.optim.AdamW(fused=True)``'s step.
+
+Each path reads the parameters, gradients and both moments and writes the
+parameters and moments once: bandwidth-bound. The table gives the aclnn
+path's GB/s (its bytes: parameters read and written, gradients read,
+float32 moments read and written) and their fraction of the machine's
+memory-copy bandwidth between warm buffers (the update is in place).
 """
 
 from __future__ import annotations
@@ -79,16 +85,26 @@ def measure(dtype: str, repeats: int, torch_installed: bool) -> dict[str, Any]:
     if torch_installed:
         calls["torch"] = _torch_step(draws, grad_draws, dtype)
     times = paired(calls, repeats + 2, timed)
-    return {"dtype": dtype, "parameters": SIZE, "tensors": TENSORS,
-            **{f"{path}_s": statistics.median(ts[2:]) for path, ts in times.items()}}
+    medians = {f"{path}_s": statistics.median(ts[2:]) for path, ts in times.items()}
+    return {"dtype": dtype, "parameters": SIZE, "tensors": TENSORS, **medians,
+            "aclnn_gbps": moved_bytes(dtype) / medians["aclnn_s"] / 1e9}
 
 
-def print_results(rows: list[dict[str, Any]]) -> None:
+def moved_bytes(dtype: str) -> int:
+    """The bytes the aclnn path's step reads and writes: each parameter read
+    and written, its gradient read (both ``dtype``), its float32 moments
+    read and written."""
+    return SIZE * (3 * jnp.dtype(dtype).itemsize + 4 * 4)
+
+
+def print_results(rows: list[dict[str, Any]], bandwidth: float) -> None:
+    """The table; ``bandwidth`` is the memory-copy bandwidth in GB/s."""
     size, tensors = (rows[0]["parameters"], rows[0]["tensors"]) if rows else (SIZE, TENSORS)
     print_table(
         f"AdamW step, {size:,} parameters in {tensors} tensors, parameters and state donated: "
         "jax_aclnn.optax.update_and_apply vs optax.adamw + apply_updates and torch's fused AdamW "
-        "(medians; ratios > 1: aclnn faster)",
-        ["dtype", "aclnn step", "vs optax", "vs torch"], 1,
-        [[r["dtype"], f"{r['aclnn_s'] * 1e3:,.2f} ms", f"{r['optax_s'] / r['aclnn_s']:.2f}x",
+        f"(medians; ratios > 1: aclnn faster; copy {bandwidth:.1f} GB/s)",
+        ["dtype", "aclnn step", "GB/s", "of copy", "vs optax", "vs torch"], 1,
+        [[r["dtype"], f"{r['aclnn_s'] * 1e3:,.2f} ms", f"{r['aclnn_gbps']:.1f}",
+          f"{r['aclnn_gbps'] / bandwidth:.0%}", f"{r['optax_s'] / r['aclnn_s']:.2f}x",
           f"{r['torch_s'] / r['aclnn_s']:.2f}x" if "torch_s" in r else "-"] for r in rows])

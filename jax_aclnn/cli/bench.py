@@ -304,7 +304,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         ragged_dot_bench.print_results(grouped)
         optimizer = [adamw_bench.measure(dtype, args.step_repeats, bench_cases.torch is not None)
                      for dtype in args.step_dtypes]
-        adamw_bench.print_results(optimizer)
+        adamw_bench.print_results(optimizer, bandwidth)
     attention = None
     if args.step_repeats > 0 and args.attention_tokens > 0:
         attention = attention_bench.measure(args.attention_tokens, args.step_dtypes,
