@@ -96,6 +96,12 @@
      int64_t headNum, char* inputLayout, int64_t innerPrecise, int64_t sparseMode,       \
      const aclTensor* dqOut, const aclTensor* dkOut, const aclTensor* dvOut,             \
      const aclTensor* dpseOut))                                                          \
+  X(A, ApplyAdamW,                                                                        \
+    (aclTensor* varRef, aclTensor* mRef, aclTensor* vRef, const aclTensor* beta1Power,    \
+     const aclTensor* beta2Power, const aclTensor* lr, const aclTensor* weightDecay,      \
+     const aclTensor* beta1, const aclTensor* beta2, const aclTensor* eps,                \
+     const aclTensor* grad, const aclTensor* maxGradNormOptional, bool amsgrad,           \
+     bool maximize))                                                                      \
   X(A, ApplyAdamWV2,                                                                      \
     (aclTensor* varRef, aclTensor* mRef, aclTensor* vRef, aclTensor* maxGradNormOptionalRef, \
      const aclTensor* grad, const aclTensor* step, float lr, float beta1, float beta2,     \

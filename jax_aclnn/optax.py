@@ -1,4 +1,4 @@
-"""jax_aclnn.optax: AdamW on CANN's fused optimizer kernel, an
+"""jax_aclnn.optax: AdamW on CANN's fused optimizer kernels, an
 ``optax.GradientTransformation`` (needs the ``optax`` package: the ``cli``
 and ``test`` extras have it).
 
@@ -11,6 +11,15 @@ op_plugin/ops/opapi/FusedAdamWKernelNpuOpApi.cpp: ``EXEC_NPU_CMD(
 aclnnApplyAdamWV2, self[i], exp_avgs[i], exp_avg_sqs[i], null_max_exp,
 grads[i], step, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize)``
 with ``step = state_steps[i].sub(1)``), in CANN's order.
+
+aclnnApplyAdamW (V1; ops-nn optim/apply_adam_w/docs/aclnnApplyAdamW.md)
+takes its scalars as one-element tensors of ``varRef``'s dtype, so a traced
+learning rate or weight decay can be given: ``beta1Power`` and
+``beta2Power`` are ``beta ** (t - 1)``, the updates done before (its kernel,
+optim/apply_adam_w/op_kernel/arch35/apply_adam_w_dag.h, multiplies each by
+its beta: ``beta1_power_out = beta1_power * beta1``, as torch_npu's
+``npu_apply_adam_w`` reference in its accuracy checker does), and
+``maxGradNormOptional`` is read, never written.
 """
 
 from __future__ import annotations
@@ -30,18 +39,47 @@ from jax_aclnn._runtime import provider
 _F32 = jnp.float32
 
 
+def _adamw_formula(var, m, v, peak, grad, *, lr, beta1, beta2, weight_decay, eps, beta1_t,
+                   beta2_t, maximize: bool):
+    """One AdamW update as both versions' kernels compute it, in float32:
+    the new ``var``, ``m``, ``v`` and the second moment the denominator took
+    (``max(peak, v)`` where ``peak`` is given, else ``v``); ``beta1_t`` and
+    ``beta2_t`` are this update's ``beta ** t``, the scalars float32 numbers
+    or arrays of shape ()."""
+    g = (-grad if maximize else grad).astype(_F32)
+    m = m.astype(_F32) + (g - m.astype(_F32)) * (1 - beta1)
+    v = v.astype(_F32) * beta2 + (1 - beta2) * g * g
+    second = v if peak is None else jnp.maximum(peak.astype(_F32), v)
+    denom = jnp.sqrt(second) / jnp.sqrt(1 - beta2_t) + eps
+    var = var.astype(_F32) * (1 - lr * weight_decay) - lr / (1 - beta1_t) * m / denom
+    return var, m, v, second
+
+
 def _adamw_reference(varRef, mRef, vRef, maxGradNormOptionalRef, grad, step, *, lr, beta1,
                      beta2, weightDecay, eps, amsgrad, maximize):
+    """aclnnApplyAdamWV2 in JAX: ``t = step + 1``; with ``amsgrad``
+    ``maxGradNormOptionalRef`` gets the larger second moment."""
     t = step.astype(_F32).reshape(()) + 1
-    g = (-grad if maximize else grad).astype(_F32)
-    var = varRef.astype(_F32) * (1 - lr * weightDecay)
-    m = mRef.astype(_F32) + (g - mRef.astype(_F32)) * (1 - beta1)
-    v = vRef.astype(_F32) * beta2 + (1 - beta2) * g * g
-    peak = jnp.maximum(maxGradNormOptionalRef.astype(_F32), v) if amsgrad else None
-    denom = jnp.sqrt(peak if amsgrad else v) / jnp.sqrt(1 - beta2 ** t) + eps
-    var = var - lr / (1 - beta1 ** t) * m / denom
+    var, m, v, second = _adamw_formula(
+        varRef, mRef, vRef, maxGradNormOptionalRef if amsgrad else None, grad, lr=lr,
+        beta1=beta1, beta2=beta2, weight_decay=weightDecay, eps=eps, beta1_t=beta1 ** t,
+        beta2_t=beta2 ** t, maximize=maximize)
     return (var.astype(varRef.dtype), m.astype(mRef.dtype), v.astype(vRef.dtype),
-            None if peak is None else peak.astype(maxGradNormOptionalRef.dtype))
+            second.astype(maxGradNormOptionalRef.dtype) if amsgrad else None)
+
+
+def _adamw_v1_reference(varRef, mRef, vRef, beta1Power, beta2Power, lr, weightDecay, beta1,
+                        beta2, eps, grad, maxGradNormOptional, *, amsgrad, maximize):
+    """aclnnApplyAdamW in JAX: its one-element tensors as float32 numbers,
+    ``beta ** t = betaPower * beta``; ``maxGradNormOptional`` read (with
+    ``amsgrad``), not written."""
+    scalar = lambda x: x.astype(_F32).reshape(())  # noqa: E731
+    b1, b2 = scalar(beta1), scalar(beta2)
+    var, m, v, _ = _adamw_formula(
+        varRef, mRef, vRef, maxGradNormOptional if amsgrad else None, grad, lr=scalar(lr),
+        beta1=b1, beta2=b2, weight_decay=scalar(weightDecay), eps=scalar(eps),
+        beta1_t=scalar(beta1Power) * b1, beta2_t=scalar(beta2Power) * b2, maximize=maximize)
+    return var.astype(varRef.dtype), m.astype(mRef.dtype), v.astype(vRef.dtype)
 
 
 #: Element-wise: every dimension of var (and m, v, grad) partitioned; the
@@ -54,6 +92,19 @@ APPLY_ADAMW = declare(
     "aclOpExecutor **executor)",
     _adamw_reference, name="optax_apply_adam_w_v2",
     dims="..., ..., ..., ..., ..., s -> ..., ..., ..., ...", replicated="s")
+
+#: aclnnApplyAdamW (V1; the prototype of ops-nn's
+#: optim/apply_adam_w/docs/aclnnApplyAdamW.md): element-wise as
+#: :data:`APPLY_ADAMW`, the seven one-element scalars whole.
+APPLY_ADAMW_V1 = declare(
+    "aclnnStatus aclnnApplyAdamWGetWorkspaceSize(aclTensor *varRef, aclTensor *mRef, "
+    "aclTensor *vRef, const aclTensor *beta1Power, const aclTensor *beta2Power, "
+    "const aclTensor *lr, const aclTensor *weightDecay, const aclTensor *beta1, "
+    "const aclTensor *beta2, const aclTensor *eps, const aclTensor *grad, "
+    "const aclTensor *maxGradNormOptional, bool amsgrad, bool maximize, "
+    "uint64_t *workspaceSize, aclOpExecutor **executor)",
+    _adamw_v1_reference, name="optax_apply_adam_w",
+    dims="..., ..., ..., s, s, s, s, s, s, s, ..., ... -> ..., ..., ...", replicated="s")
 
 
 class AdamWState(NamedTuple):
@@ -126,6 +177,20 @@ def _kernel_direction(g, m, v, count, b1: float, b2: float, eps: float):
     return jax.lax.platform_dependent(g, m, v, count, cpu=xla, default=kernel)
 
 
+def _v1_scalars(count: jax.Array, lr: Any, weight_decay: Any, b1: float, b2: float,
+                eps: float) -> list[jax.Array]:
+    """aclnnApplyAdamW's one-element float32 tensors, in its order, for the
+    update after ``count`` (int32, shape ()) updates: ``beta1Power``,
+    ``beta2Power`` (``beta ** count``, computed in float32: the kernel
+    multiplies each by its beta to make ``beta ** t``), ``lr``,
+    ``weightDecay`` (numbers or float32 arrays of shape (), traced or not),
+    ``beta1``, ``beta2``, ``eps``; each of shape (1,) ("shape要求为[1]")."""
+    one = lambda x: jnp.asarray(x, _F32).reshape(1)  # noqa: E731
+    done = count.astype(_F32)
+    return [one(jnp.power(_F32(b1), done)), one(jnp.power(_F32(b2), done)), one(lr),
+            one(weight_decay), one(b1), one(b2), one(eps)]
+
+
 def _reference_direction(g, m, v, count, b1, b2, eps, eps_root, nesterov: bool):
     """:func:`_kernel_direction` by optax's ``scale_by_adam`` formulas (any
     hyperparameter traced, ``eps_root``, Nesterov's momentum)."""
@@ -178,10 +243,7 @@ def adamw(learning_rate: float | jax.Array | _optax.Schedule, b1: float | jax.Ar
       hyperparameter is traced; ``optax.inject_hyperparams(adamw,
       static_args=("b1", "b2", "eps", "eps_root"))`` keeps those four
       numbers, and the kernel, with the learning rate and the weight decay
-      injected. CANN's aclnnApplyAdamW (ops-nn
-      ``optim/apply_adam_w/docs/aclnnApplyAdamW.md``) takes ``lr``,
-      ``beta1``, ``beta2``, ``eps`` and ``weightDecay`` as tensors; it is not
-      called (no provider of it on a CPU to check it against).
+      injected.
 
     The kernel updates ``m`` and ``v`` in place (XLA's
     ``input_output_aliases``: donate the state to the jitted step and no copy
@@ -196,13 +258,18 @@ def adamw(learning_rate: float | jax.Array | _optax.Schedule, b1: float | jax.Ar
     is another dtype (and back).
 
     :func:`update_and_apply` (``tx.update`` and ``optax.apply_updates`` in
-    one) gives the kernel the parameter itself as ``varRef`` where the
-    learning rate and the weight decay are known when traced: one pass,
-    the parameters updated in place. On a CPU served by the bundled host
-    provider, ``update`` computes the direction by optax's formulas instead
-    of the kernel (XLA fuses them with ``optax.apply_updates`` into one
-    pass, faster than the kernel's direction and a second pass); the host
-    kernel runs through :func:`update_and_apply`.
+    one) gives the kernel the parameter itself as ``varRef``: one pass, the
+    parameters updated in place, by aclnnApplyAdamWV2 where the learning
+    rate and the weight decay are known when traced, by CANN's
+    aclnnApplyAdamW (ops-nn ``optim/apply_adam_w/docs/aclnnApplyAdamW.md``:
+    ``lr``, ``weightDecay``, ``beta1``, ``beta2``, ``eps`` and the powers of
+    the betas as one-element tensors) where either is traced (a schedule of
+    the traced ``state.count``, what a jitted step has). On a CPU served by
+    the bundled host provider, ``update`` computes the direction by optax's
+    formulas instead of the kernel (XLA fuses them with
+    ``optax.apply_updates`` into one pass, faster than the kernel's
+    direction and a second pass); the host kernel runs through
+    :func:`update_and_apply`.
 
     Args:
       learning_rate: a float, or an ``optax`` schedule of the update count.
@@ -277,28 +344,39 @@ def adamw(learning_rate: float | jax.Array | _optax.Schedule, b1: float | jax.Ar
                       state)
 
     def in_place(grads: Any, state: AdamWState, params: Any) -> tuple[Any, AdamWState] | None:
-        """:func:`update_and_apply` for this transformation: aclnnApplyAdamWV2
-        on each parameter whose dtype is its moments' (varRef the parameter;
-        ``update``'s formula and ``optax.apply_updates`` on the others), or
-        None where the request is not the kernel's (the caller then runs
-        both)."""
+        """:func:`update_and_apply` for this transformation: CANN's kernel on
+        each parameter whose dtype is its moments' (varRef the parameter;
+        ``update``'s formula and ``optax.apply_updates`` on the others):
+        aclnnApplyAdamWV2 where the learning rate and the weight decay are
+        known when traced, aclnnApplyAdamW (its scalars tensors) where either
+        is traced; None where the request is not the kernels' (the caller
+        then runs both)."""
+        if not on_kernel:
+            return None
         lr, decay, decayed = hyperparameters(state, params)
         lr_known, decay_known = _known(lr), _known(decay)
-        if not on_kernel or lr_known is None or decay_known is None:
-            return None
-        step = state.count.astype(_F32).reshape(1)  # the updates done: the kernel adds 1
+        step = state.count.astype(_F32).reshape(1)  # the updates done: V2 adds 1
+
+        def kernel(p, m, v, g, decays):
+            """One parameter's update: V2 where lr and the decay are known,
+            else V1."""
+            if lr_known is not None and decay_known is not None:
+                return APPLY_ADAMW(p, m, v, None, g, step, lr=lr_known, beta1=known[0],
+                                   beta2=known[1], weightDecay=decay_known if decays else 0.0,
+                                   eps=known[2], amsgrad=False, maximize=False)[:3]
+            scalars = _v1_scalars(state.count, lr, decay if decays else 0.0, *known)
+            return APPLY_ADAMW_V1(p, m, v, *scalars, g, None, amsgrad=False, maximize=False)
 
         def one(g, m, v, p, decays):
             p = jnp.asarray(p)
             dtype = _float_dtype("a parameter", p.dtype)
-            if not dtype == m.dtype == v.dtype:  # CANN: one dtype for the four tensors
+            # CANN: one dtype for the four tensors (nu is float32: float32
+            # parameters alone, so V1's scalars, of varRef's dtype, too)
+            if not dtype == m.dtype == v.dtype:
                 u, m, v = leaf_update(g, m, v, p, decays, state.count, lr, decay)
                 return _optax.apply_updates(p, u), m, v
-            var, m, v, _ = APPLY_ADAMW(
-                _cann_rank(p), _cann_rank(m), _cann_rank(v), None,
-                _cann_rank(jnp.asarray(g, dtype)), step, lr=lr_known, beta1=known[0],
-                beta2=known[1], weightDecay=decay_known if decays else 0.0, eps=known[2],
-                amsgrad=False, maximize=False)
+            var, m, v = kernel(_cann_rank(p), _cann_rank(m), _cann_rank(v),
+                               _cann_rank(jnp.asarray(g, dtype)), decays)
             return var.reshape(p.shape), m.reshape(p.shape), v.reshape(p.shape)
 
         return _unzip(grads, jax.tree.map(one, grads, state.mu, state.nu, params, decayed),
@@ -324,16 +402,24 @@ def update_and_apply(tx: _optax.GradientTransformation, grads: Any, state: Any,
     Equal to ``updates, state = tx.update(grads, state, params); params =
     optax.apply_updates(params, updates)`` for any ``optax`` transformation
     ``tx``; that is what runs unless ``tx`` is made by :func:`adamw` and the
-    request is CANN's. Then aclnnApplyAdamWV2 (ops-nn
+    request is CANN's. Then one CANN kernel per parameter updates it, its
+    ``mu`` and ``nu`` in place, ``varRef`` the parameter itself, ``lr`` and
+    ``weightDecay`` the hyperparameters at ``state.count`` (0 for a
+    parameter ``mask`` leaves out): no update tree, no second pass. The
+    kernel is aclnnApplyAdamWV2 (ops-nn
     ``optim/apply_adam_w_v2/docs/aclnnApplyAdamWV2.md``; the update as its
     kernel ``optim/apply_adam_w_v2/op_kernel/apply_adam_w_v2_fp.h`` computes
-    it, ``t = count + 1``) updates each parameter, its ``mu`` and ``nu`` in
-    place, one call per parameter with ``varRef`` the parameter itself,
-    ``lr`` and ``weightDecay`` the hyperparameters at ``state.count`` (0 for
-    a parameter ``mask`` leaves out): no update tree, no second pass. Under
-    ``jax.jit`` with the parameters and the state donated
-    (``donate_argnums``), the parameters', ``mu``'s and ``nu``'s buffers are
-    the results' (XLA's ``input_output_aliases``): no copy of them is made.
+    it, ``t = count + 1``) where the learning rate and the weight decay are
+    known when traced (its float attributes), aclnnApplyAdamW (ops-nn
+    ``optim/apply_adam_w/docs/aclnnApplyAdamW.md``; its kernel
+    ``optim/apply_adam_w/op_kernel/arch35/apply_adam_w_dag.h``) where either
+    is traced, e.g. a schedule of the traced ``state.count`` in a jitted
+    step: its scalars are one-element float32 tensors, ``beta1Power = b1 **
+    count`` and ``beta2Power = b2 ** count`` computed in float32 (the kernel
+    multiplies each by its beta). Under ``jax.jit`` with the parameters and
+    the state donated (``donate_argnums``), the parameters', ``mu``'s and
+    ``nu``'s buffers are the results' (XLA's ``input_output_aliases``): no
+    copy of them is made.
     JAX gives each result the first donated argument of its shape and dtype
     not yet taken, so the jitted function takes the parameters before the
     state, as the results come: ``jax.jit(lambda params, state, grads:
@@ -345,15 +431,15 @@ def update_and_apply(tx: _optax.GradientTransformation, grads: Any, state: Any,
     (``csrc/host/adamw_kernel.cc``), its pure-JAX reference where neither has
     the operator or ``reference_path`` asks for it.
 
-    CANN's request is: ``learning_rate`` and ``weight_decay`` known when
-    traced (numbers; a schedule only where ``state.count`` is concrete: of a
-    traced count it is traced), ``b1``, ``b2``, ``eps`` known, ``eps_root``
-    0, ``nesterov`` False, and the parameter's dtype its moments' (CANN takes
-    one dtype for ``varRef``, ``mRef``, ``vRef`` and ``grad``: float32
-    parameters with the default ``mu_dtype``; others take the two steps,
-    parameter by parameter). A transformation wrapped by another (e.g.
-    ``optax.inject_hyperparams``, ``optax.chain``) is not :func:`adamw`'s:
-    it takes the two steps.
+    CANN's request is: ``b1``, ``b2`` and ``eps`` known when traced
+    (numbers, or arrays that are not traced), ``eps_root`` 0, ``nesterov``
+    False (``learning_rate`` and ``weight_decay`` numbers, schedules or
+    traced: one kernel or the other takes them), and the parameter's dtype
+    its moments' (CANN takes one dtype for ``varRef``, ``mRef``, ``vRef``,
+    ``grad`` and V1's scalars: float32 parameters with the default
+    ``mu_dtype``; others take the two steps, parameter by parameter). A
+    transformation wrapped by another (e.g. ``optax.inject_hyperparams``,
+    ``optax.chain``) is not :func:`adamw`'s: it takes the two steps.
 
     Args:
       tx: an ``optax.GradientTransformation``.

@@ -58,9 +58,10 @@ for _proto in _PROTOTYPES:
     _SIGNATURES[_proto.name] = (ctypes.c_int32, [_p, ctypes.c_uint64, _p, _p])
 
 
-def load() -> ctypes.CDLL:
-    """The host provider with the ABI's signatures set."""
-    lib = ctypes.CDLL(str(_loading.HOST_PROVIDER_LIBRARY))
+def load(path=_loading.HOST_PROVIDER_LIBRARY) -> ctypes.CDLL:
+    """The provider at ``path`` (the host provider; the test provider,
+    tests/declared_operators.py's LIBRARY) with the ABI's signatures set."""
+    lib = ctypes.CDLL(str(path))
     for name, (restype, argtypes) in _SIGNATURES.items():
         if not hasattr(lib, name):  # a catalogue operator the host provider lacks
             continue

@@ -190,7 +190,7 @@ def test_the_host_catalogue_has_the_prototypes_jax_aclnn_nn_declares():
                               "aclnnRotaryPositionEmbeddingGrad", "aclnnCrossEntropyLoss",
                               "aclnnCrossEntropyLossGrad",
                               "aclnnFlashAttentionScore", "aclnnFlashAttentionScoreGrad",
-                              "aclnnApplyAdamWV2",
+                              "aclnnApplyAdamW", "aclnnApplyAdamWV2",
                               "aclnnMoeGatingTopKSoftmaxV2", "aclnnMoeTokenPermute",
                               "aclnnMoeTokenPermuteGrad", "aclnnMoeTokenUnpermute",
                               "aclnnMoeTokenUnpermuteGrad"}

@@ -47,6 +47,13 @@ OP_PLUGIN = {
         ("lse_for_zloss", "lseForZlossOptional"), ("reduction_char", "reductionOptional"),
         ("ignore_index", "ignoreIndex"), ("label_smoothing", "labelSmoothing"),
         ("lse_square_scale_for_zloss", "lseSquareScaleForZloss"), ("x_grad_out", "out")]),
+    "aclnnApplyAdamW": ("op_plugin/ops/opapi/ApplyAdamWKernelNpuOpApi.cpp", [
+        ("var", "varRef"), ("m", "mRef"), ("v", "vRef"), ("beta1_power_tensor", "beta1Power"),
+        ("beta2_power_tensor", "beta2Power"), ("lr_tensor", "lr"),
+        ("weight_decay_tensor", "weightDecay"), ("beta1_tensor", "beta1"),
+        ("beta2_tensor", "beta2"), ("epsilon_tensor", "eps"), ("grad", "grad"),
+        ("max_grad_norm", "maxGradNormOptional"), ("amsgrad_value", "amsgrad"),
+        ("maximize_value", "maximize")]),
     "aclnnApplyAdamWV2": ("op_plugin/ops/opapi/FusedAdamWKernelNpuOpApi.cpp", [
         ("self[i]", "varRef"), ("exp_avgs[i]", "mRef"), ("exp_avg_sqs[i]", "vRef"),
         ("max_exp_avg_sqs[i]", "maxGradNormOptionalRef"), ("grads[i]", "grad"),

@@ -21,6 +21,7 @@ import numpy as np
 import optax
 import pytest
 
+import jax_aclnn as aclnn
 from jax_aclnn import optax as aclnn_optax
 
 #: Shapes of the parameters: a matrix, a vector, and in a subtree a scalar and
@@ -292,22 +293,64 @@ def test_the_jitted_step_is_one_kernel_call_per_parameter_in_place(rng):
     assert_trees_close((new_state.mu, new_state.nu), (want_state.mu, want_state.nu))
 
 
-@pytest.mark.parametrize("name", ["inject_hyperparams", "nesterov", "schedule", "sgd",
-                                  "bfloat16 moments"])
-def test_update_and_apply_takes_the_two_steps_where_the_kernel_cannot(rng, name):
-    """optax.inject_hyperparams' wrapper (not adamw's transformation),
-    Nesterov's momentum, a schedule of the traced count, a plain optax.sgd,
-    mu_dtype bfloat16 (not the parameters' dtype): the result is optax's two
-    steps', and no in-place call is made (where adamw's kernel runs, varRef
-    is a zero buffer: the direction)."""
+def v1_calls(text: str) -> int:
+    """The aclnnApplyAdamW (V1) calls of a lowered program."""
+    return text.count("stablehlo.custom_call @aclnn_optax_apply_adam_w(")
+
+
+def test_a_schedule_of_the_traced_count_runs_apply_adam_w_in_place(rng):
+    """Regression (a schedule of the traced count took the two steps, no
+    kernel in place): optax.cosine_decay_schedule with a masked weight
+    decay, STEPS jitted steps with the parameters and the state donated.
+    The lowered step holds one aclnnApplyAdamW call per parameter and no
+    aclnnApplyAdamWV2 one, the compiled step aliases its buffers (the
+    results in the donated parameters' and moments'), the host kernel runs
+    once per parameter a step, and the result is optax.adamw's with
+    optax.apply_updates."""
     params = random_tree(rng)
     grads = [random_tree(rng) for _ in range(STEPS)]
-    schedule = optax.linear_schedule(2e-2, 5e-3, STEPS)
+    schedule = optax.cosine_decay_schedule(2e-2, STEPS)
+    kwargs = dict(weight_decay=0.1, mask={"w": True, "b": False, "inner": True})
+    tx, ref = aclnn_optax.adamw(schedule, **kwargs), optax.adamw(schedule, **kwargs)
+    step = jax.jit(lambda p, s, g: aclnn_optax.update_and_apply(tx, g, s, p),
+                   donate_argnums=(0, 1))
+    ref_step = jax.jit(lambda p, s, g: (lambda u, s: (optax.apply_updates(p, u), s))(
+        *ref.update(g, s, p)))
+    state = tx.init(params)
+    lowered = step.lower(params, state, grads[0])
+    text = lowered.as_text()
+    assert v1_calls(text) == len(jax.tree.leaves(params)) and kernel_lr_and_decay(text) == []
+    assert "input_output_alias" in lowered.compile().as_text()
+    aclnn.reset_runtime_stats()
+    ours = params
+    theirs = jax.tree.map(jnp.copy, params)  # ours are donated
+    their_state = ref.init(theirs)
+    for g in grads:
+        pointers = [a.unsafe_buffer_pointer() for a in jax.tree.leaves(
+            (ours["w"], ours["b"], state.mu["w"], state.nu["b"]))]
+        ours, state = step(ours, state, g)
+        assert [a.unsafe_buffer_pointer() for a in jax.tree.leaves(
+            (ours["w"], ours["b"], state.mu["w"], state.nu["b"]))] == pointers
+        theirs, their_state = ref_step(theirs, their_state, g)
+    assert aclnn.runtime_stats()["calls"]["aclnnApplyAdamW"]["execute"] == STEPS * 4
+    assert_trees_close(ours, theirs)
+    assert_trees_close((state.mu, state.nu), (their_state[0].mu, their_state[0].nu), 1e-4, 1e-7)
+    assert int(state.count) == STEPS
+
+
+@pytest.mark.parametrize("name", ["inject_hyperparams", "nesterov", "sgd", "bfloat16 moments"])
+def test_update_and_apply_takes_the_two_steps_where_the_kernel_cannot(rng, name):
+    """optax.inject_hyperparams' wrapper (not adamw's transformation),
+    Nesterov's momentum, a plain optax.sgd, mu_dtype bfloat16 (not the
+    parameters' dtype): the result is optax's two steps', and no in-place
+    call is made (where adamw's kernel runs, varRef is a zero buffer: the
+    direction; aclnnApplyAdamW is never called)."""
+    params = random_tree(rng)
+    grads = [random_tree(rng) for _ in range(STEPS)]
     ours_tx, their_tx = {
         "inject_hyperparams": (optax.inject_hyperparams(aclnn_optax.adamw)(learning_rate=1e-2),
                                optax.inject_hyperparams(optax.adamw)(learning_rate=1e-2)),
         "nesterov": (aclnn_optax.adamw(1e-2, nesterov=True), optax.adamw(1e-2, nesterov=True)),
-        "schedule": (aclnn_optax.adamw(schedule), optax.adamw(schedule)),
         "sgd": (optax.sgd(1e-2, momentum=0.9),) * 2,
         "bfloat16 moments": (aclnn_optax.adamw(1e-2, mu_dtype=jnp.bfloat16),
                              optax.adamw(1e-2, mu_dtype=jnp.bfloat16)),
@@ -317,6 +360,7 @@ def test_update_and_apply_takes_the_two_steps_where_the_kernel_cannot(rng, name)
         *their_tx.update(g, s, p)))
     text = step.lower(grads[0], ours_tx.init(params), params).as_text()
     assert {call == (1.0, 0.0) for call in kernel_lr_and_decay(text)} <= {True}
+    assert v1_calls(text) == 0
     ours, state = params, ours_tx.init(params)
     theirs, their_state = params, their_tx.init(params)
     for g in grads:

@@ -211,10 +211,11 @@ void RunFlashAttentionGrad(const View& q, const View& k, const View& v, const Vi
                                     dv, dpse, stream);
 }
 
-void RunApplyAdamW(const View& var, const View& m, const View& v, const View* max_v,
-                   const View& grad, const AdamWParams& params, double step,
-                   const JaxAclnnHostStream* stream) {
-  Chosen().run_apply_adam_w(var, m, v, max_v, grad, params, step, stream);
+void RunApplyAdamW(const View& var, const View& m, const View& v, const View* max_in,
+                   const View* max_out, const View& grad, const AdamWParams& params,
+                   float beta1_power, float beta2_power, const JaxAclnnHostStream* stream) {
+  Chosen().run_apply_adam_w(var, m, v, max_in, max_out, grad, params, beta1_power, beta2_power,
+                            stream);
 }
 
 void RunMoeGating(const View& x, const View* finished, int64_t k, bool renorm, const View& y,

@@ -68,8 +68,9 @@ struct AttentionParams {
   int32_t pre, next, sparse;
 };
 
-// aclnnApplyAdamWV2's attributes (its float and bool parameters;
-// csrc/ops/apply_adam_w_v2.cc).
+// aclnnApplyAdamW's and aclnnApplyAdamWV2's scalars (V2's float and bool
+// attributes; V1's one-element tensors, read when it runs:
+// csrc/ops/apply_adam_w.cc).
 struct AdamWParams {
   float lr, beta1, beta2, weight_decay, eps;
   bool amsgrad, maximize;
@@ -123,6 +124,11 @@ struct AdamWParams {
 // dx[sorted[t * k + j]] = dy[t] * w[t, j] (rows no index names: zeros)
 // and, where dprobs is given, dprobs[t, j] = dy[t] . x[sorted[t * k + j]].
 // Sums in float32.
+// ApplyAdamW: one AdamW update of contiguous var, m, v (in place) from grad,
+// all of one type, the bias corrections from beta1_power and beta2_power
+// (beta^t of this update); with params.amsgrad the denominator takes
+// max(max_in, v), also written to max_out where that is given (V2's
+// maxGradNormOptionalRef; V1's maxGradNormOptional is read only).
 #define JAX_ACLNN_KERNEL_ENTRY_POINTS                                                         \
   void RunPointwise(OpId op, const PointwiseParams& params, const View* inputs,             \
                     int num_inputs, const View& out, const JaxAclnnHostStream* stream);      \
@@ -170,9 +176,9 @@ struct AdamWParams {
                              const AttentionParams& p, const View& dq, const View& dk,       \
                              const View& dv, const View* dpse,                               \
                              const JaxAclnnHostStream* stream);                              \
-  void RunApplyAdamW(const View& var, const View& m, const View& v, const View* max_v,       \
-                     const View& grad, const AdamWParams& params, double step,               \
-                     const JaxAclnnHostStream* stream);                                      \
+  void RunApplyAdamW(const View& var, const View& m, const View& v, const View* max_in,      \
+                     const View* max_out, const View& grad, const AdamWParams& params,       \
+                     float beta1_power, float beta2_power, const JaxAclnnHostStream* stream); \
   void RunMoeGating(const View& x, const View* finished, int64_t k, bool renorm, const View& y, \
                     const View& ids, const JaxAclnnHostStream* stream);                      \
   void RunMoePermute(const View& tokens, const View& indices, const View& permuted,          \

@@ -457,9 +457,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return cross_entropy + args.load_balancing_coef * balance, cross_entropy
 
     def step(params, opt_state, batch):
+        # parameters before the state (donated): update_and_apply's aliasing;
+        # the cosine schedule of the traced count runs aclnnApplyAdamW in place
         (_, loss), grads = jax.value_and_grad(objective, has_aux=True)(params, batch)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
+        params, opt_state = aclnn_optax.update_and_apply(tx, grads, opt_state, params)
+        return params, opt_state, loss
 
     train_step = jax.jit(step, donate_argnums=(0, 1))
     evaluate = jax.jit(jax.vmap(lambda p, w: loss_fn(p, w[None], cfg, expert_mesh=expert_mesh),
