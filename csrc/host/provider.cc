@@ -16,6 +16,7 @@
 #include "host/kernels.h"
 #include "host/parallel.h"
 #include "host/provider.h"
+#include "host/rows.h"
 #include "operators.h"
 
 namespace jax_aclnn::host {
@@ -69,6 +70,11 @@ aclnnStatus CheckDataType(const char* op, const char* name, const aclTensor* t,
   }
   return Fail(ACLNN_ERR_PARAM_INVALID, "%s: %s has data type %s; expected %s", op, name,
               DataTypeName(t->view.dtype), names.c_str());
+}
+
+aclnnStatus CheckContiguous(const char* op, const char* name, const aclTensor* t) {
+  if (IsContiguous(t->view)) return ACLNN_SUCCESS;
+  return Fail(ACLNN_ERR_PARAM_INVALID, "%s: %s must be contiguous", op, name);
 }
 
 aclnnStatus CheckDims(const char* op, const char* name, const aclTensor* t, const int64_t* dims,

@@ -63,6 +63,8 @@ aclnnStatus CheckDataType(const char* op, const char* name, const aclTensor* t,
 // The tensor's shape is `dims` (of rank `rank`).
 aclnnStatus CheckDims(const char* op, const char* name, const aclTensor* t, const int64_t* dims,
                       int rank);
+// The tensor's view is contiguous (row-major, no gaps).
+aclnnStatus CheckContiguous(const char* op, const char* name, const aclTensor* t);
 // The second phase's work on an executor's views.
 using ExecutorRun = void (*)(const aclOpExecutor& ex, void* workspace,
                              const JaxAclnnHostStream* stream);

@@ -28,7 +28,6 @@
 
 #include "host/dtype.h"
 #include "host/provider.h"
-#include "host/rows.h"
 
 namespace jax_aclnn::host {
 namespace {
@@ -42,9 +41,7 @@ aclnnStatus CheckVar(const char* op, const aclTensor* var) {
   if (var->view.rank < 1 || var->view.rank > 8)
     return Fail(ACLNN_ERR_PARAM_INVALID, "%s: varRef has shape %s; its rank must be 1 to 8", op,
                 ShapeString(var->view).c_str());
-  if (!IsContiguous(var->view))
-    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: varRef must be contiguous", op);
-  return ACLNN_SUCCESS;
+  return CheckContiguous(op, "varRef", var);
 }
 
 // A contiguous tensor of varRef's type and shape.
@@ -53,9 +50,7 @@ aclnnStatus CheckLikeVar(const char* op, const char* name, const aclTensor* t,
   if (aclnnStatus st = CheckTensor(op, name, t)) return st;
   if (aclnnStatus st = CheckSameType(op, "varRef", var, name, t)) return st;
   if (aclnnStatus st = CheckDims(op, name, t, var->view.dims, var->view.rank)) return st;
-  if (!IsContiguous(t->view))
-    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: %s must be contiguous", op, name);
-  return ACLNN_SUCCESS;
+  return CheckContiguous(op, name, t);
 }
 
 // A tensor of one element (any shape holding one) with data, or the status

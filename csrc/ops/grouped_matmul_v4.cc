@@ -18,7 +18,6 @@
 #include <cstdint>
 
 #include "host/provider.h"
-#include "host/rows.h"
 
 namespace jax_aclnn::host {
 namespace {
@@ -147,8 +146,7 @@ extern "C" aclnnStatus aclnnGroupedMatmulV4GetWorkspaceSize(
   const int64_t out_dims[] = {groups, m, n};
   const int64_t* od = along_k ? out_dims : out_dims + 1;
   if (aclnnStatus st = CheckDims(op, "out[0]", y0, od, along_k ? 3 : 2)) return st;
-  if (!IsContiguous(y0->view))
-    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: out[0] must be contiguous", op);
+  if (aclnnStatus st = CheckContiguous(op, "out[0]", y0)) return st;
   if (bias != nullptr && along_k)
     return Fail(ACLNN_ERR_PARAM_INVALID, "%s: biasOptional must be null with groupType 2", op);
   if (bias != nullptr)

@@ -38,7 +38,6 @@
 #include <initializer_list>
 
 #include "host/provider.h"
-#include "host/rows.h"
 
 namespace jax_aclnn::host {
 namespace {
@@ -65,9 +64,7 @@ aclnnStatus CheckOperand(const char* op, const char* name, const aclTensor* t,
     return Fail(ACLNN_ERR_PARAM_NULLPTR, "%s: %s has no data", op, name);
   if (dims != nullptr)
     if (aclnnStatus st = CheckDims(op, name, t, dims, rank)) return st;
-  if (!IsContiguous(t->view))
-    return Fail(ACLNN_ERR_PARAM_INVALID, "%s: %s must be contiguous", op, name);
-  return ACLNN_SUCCESS;
+  return CheckContiguous(op, name, t);
 }
 
 // A float tensor (FLOAT, FLOAT16, BFLOAT16) of `like`'s type.

@@ -11,7 +11,6 @@
 #include <cstdint>
 
 #include "host/provider.h"
-#include "host/rows.h"
 
 namespace jax_aclnn::host {
 namespace {
@@ -22,11 +21,6 @@ struct RopeParams {
 
 // The largest head size the pages allow (and the kernels' row buffers hold).
 constexpr int64_t kMaxHeadSize = 1024;
-
-aclnnStatus CheckContiguous(const char* op, const char* name, const aclTensor* t) {
-  if (IsContiguous(t->view)) return ACLNN_SUCCESS;
-  return Fail(ACLNN_ERR_PARAM_INVALID, "%s: %s must be contiguous", op, name);
-}
 
 // A contiguous tensor of `like`'s type and the given shape.
 aclnnStatus CheckOperand(const char* op, const char* name, const aclTensor* t,

@@ -17,11 +17,6 @@ struct SwiGluParams {
   int64_t outer, run;
 };
 
-aclnnStatus CheckContiguous(const char* op, const char* name, const aclTensor* t) {
-  if (IsContiguous(t->view)) return ACLNN_SUCCESS;
-  return Fail(ACLNN_ERR_PARAM_INVALID, "%s: %s must be contiguous", op, name);
-}
-
 // x's split along dim, and x's shape with dim halved.
 aclnnStatus CheckSplit(const char* op, const aclTensor* x, int64_t dim, SwiGluParams* p,
                        View* halved) {
