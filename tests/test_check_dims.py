@@ -155,6 +155,15 @@ def apply_adamw(rng):
                  maximize=False))
 
 
+def apply_adamw_v1(rng):
+    var, m, g = normal(rng, 4, 6), normal(rng, 4, 6), normal(rng, 4, 6)
+    one = lambda x: jnp.asarray([x], jnp.float32)  # noqa: E731
+    # beta1Power, beta2Power, lr, weightDecay, beta1, beta2, eps
+    scalars = [one(0.81), one(0.998), one(1e-2), one(0.1), one(0.9), one(0.999), one(1e-8)]
+    return (aclnn_optax.APPLY_ADAMW_V1, (var, m, jnp.abs(normal(rng, 4, 6)), *scalars, g, None),
+            dict(amsgrad=False, maximize=False))
+
+
 def routing(rng, t=8, e=6, k=2):
     """Router logits (T, E), expert ids (T, k) and their sorted indices, as
     the mixture-of-experts layer passes them."""
@@ -194,8 +203,8 @@ def moe_unpermute_grad(rng):
 
 CASES = {f.__name__: f for f in (
     rms_norm, add_rms_norm, rms_norm_grad, swiglu, swiglu_grad, rope, rope_grad, cross_entropy,
-    cross_entropy_grad, grouped_matmul_along_m, grouped_matmul_along_k, apply_adamw, moe_gating,
-    moe_permute, moe_permute_grad, moe_unpermute, moe_unpermute_grad)}
+    cross_entropy_grad, grouped_matmul_along_m, grouped_matmul_along_k, apply_adamw,
+    apply_adamw_v1, moe_gating, moe_permute, moe_permute_grad, moe_unpermute, moe_unpermute_grad)}
 CASES.update({f"attention_{k}": attention(k) for k in ATTENTION})
 CASES.update({f"attention_grad_{k}": attention_grad(k) for k in ATTENTION})
 
