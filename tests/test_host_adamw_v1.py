@@ -1,5 +1,6 @@
-"""The host provider's aclnnApplyAdamW (V1, issue 46) through its C ABI, as
-CANN's callers call it: varRef, mRef, vRef updated in place from grad, the
+"""The host provider's aclnnApplyAdamW (V1, issue 46) through its C ABI.
+
+As CANN's callers call it: varRef, mRef, vRef updated in place from grad, the
 scalars (beta1Power, beta2Power, lr, weightDecay, beta1, beta2, eps)
 one-element tensors of varRef's dtype read when it runs, beta ** t =
 betaPower * beta, maxGradNormOptional read (amsgrad) and never written

@@ -1,5 +1,5 @@
-// aclnnApplyAdamW's and aclnnApplyAdamWV2's kernel: RunApplyAdamW
-// (kernels.h; csrc/ops/apply_adam_w.cc reads each version's scalars). One
+// The AdamW kernel of aclnnApplyAdamW and aclnnApplyAdamWV2. RunApplyAdamW
+// (kernels.h; csrc/ops/apply_adam_w.cc reads each version's scalars): one
 // formula over the contiguous var, m, v, (max_v) and grad (map_runs.h), in
 // place, in float32 (float16 and bfloat16 converted in registers), split
 // into tasks over the stream's thread pool: one pass over the five (six)

@@ -1,5 +1,5 @@
-// aclnnApplyAdamW's and aclnnApplyAdamWV2's first phases on the host
-// provider; both run one kernel (host/adamw_kernel.cc, RunApplyAdamW), which
+// The first phases of aclnnApplyAdamW and aclnnApplyAdamWV2 on the host
+// provider. Both run one kernel (host/adamw_kernel.cc, RunApplyAdamW), which
 // takes this update's beta1^t and beta2^t. As CANN's ops-nn pages give
 // them, every tensor here contiguous:
 //
