@@ -128,9 +128,12 @@ def buffer(a: np.ndarray) -> tuple[int, str, list[int]]:
 
 
 def standin_library() -> ctypes.CDLL:
-    """The stand-in CANN library, already loaded by the handlers."""
+    """The stand-in CANN library: the instance the handlers load. Where no
+    NPU call of this process has loaded it yet (a test run alone, or the
+    first of its file in a pytest-xdist worker), it is loaded here, and the
+    handlers' first call gets this one (dlopen returns a loaded library)."""
     path = Path(os.environ["ASCEND_HOME_PATH"]) / "lib64" / CANN_LIBRARIES[0]
-    lib = ctypes.CDLL(str(path), mode=os.RTLD_NOLOAD)
+    lib = ctypes.CDLL(str(path))
     lib.jaxAclnnTestingLastExecute.argtypes = [ctypes.POINTER(ctypes.c_void_p)] * 2 + [
         ctypes.POINTER(ctypes.c_uint64)]
     lib.jaxAclnnTestingRefuseNextExecute.argtypes = [ctypes.c_int32]
