@@ -28,6 +28,7 @@
 #include "host/gemm.h"
 #include "host/kernels.h"
 #include "host/parallel.h"
+#include "host/pointwise_kernel.h"
 
 // Compiled once per CPU target (CMakeLists.txt), each copy in its own
 // namespace; dispatch.cc picks one at run time.
@@ -155,10 +156,21 @@ struct Problem {
   }
 };
 
-// exp(row - max) over a row of scores, 0 where masked (-inf).
-void Exponentials(float* row, int64_t cols, float max) {
-  ArrayMap a(row, cols);
-  a = (a > -kInf).select((a - max).exp(), 0.0f);
+// exp(row - max) over a row of scores in place, 0 where masked (-inf);
+// returns their sum. (Vectorized ExpF: Eigen's select of its exp computed
+// each element with libm's scalar expf, a fifth of a small layer's time.)
+float Exponentials(float* row, int64_t cols, float max) {
+  Vec acc{};
+  int64_t j = 0;
+  for (; j + kLanes <= cols; j += kLanes) {
+    char* at = reinterpret_cast<char*>(row + j);
+    const Vec e = ExpOrZero(LoadFloats<ACL_FLOAT, Vec>(at) - max);
+    StoreFloats<ACL_FLOAT>(at, e);
+    acc += e;
+  }
+  float sum = SumLanes(acc);
+  for (; j < cols; ++j) sum += row[j] = ExpOrZero(row[j] - max);
+  return sum;
 }
 
 // A statistic of row (b, h, i): element 0 of its 8.
@@ -204,8 +216,7 @@ void RunFlashAttention(const View& q, const View& k, const View& v, const View* 
         any = true;
         const float next = std::max(row_max[r], max);
         const float alpha = std::exp(row_max[r] - next);  // 0 for the first keys
-        Exponentials(row, cols, next);
-        row_sum[r] = row_sum[r] * alpha + ArrayMap(row, cols).sum();
+        row_sum[r] = row_sum[r] * alpha + Exponentials(row, cols, next);
         if (alpha != 1.0f) ArrayMap(acc.data() + r * pr.dv, pr.dv) *= alpha;
         row_max[r] = next;
       }

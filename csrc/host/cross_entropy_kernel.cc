@@ -22,15 +22,6 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// Below it ExpF returns the smallest normal float, not 0: exp(-inf) must be 0.
-constexpr float kExpFloor = -87.33654475f;
-
-float Lanes(Vec v) {
-  float s = 0.0f;
-  for (int k = 0; k < kLanes; ++k) s += v[k];
-  return s;
-}
-
 float MaxOf(const float* x, int64_t n, float m) {
 #pragma omp simd reduction(max : m)
   for (int64_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
@@ -45,7 +36,7 @@ float SumExp(const float* x, int64_t n, float m) {
     const Vec d = LoadFloats<ACL_FLOAT, Vec>(reinterpret_cast<const char*>(x + j)) - m;
     acc += d < kExpFloor ? Splat<Vec>(0.0f) : ExpF(d);
   }
-  float s = Lanes(acc);
+  float s = SumLanes(acc);
   for (; j < n; ++j) {
     const float d = x[j] - m;
     s += d < kExpFloor ? 0.0f : ExpF(d);

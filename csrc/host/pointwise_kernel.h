@@ -47,6 +47,17 @@ inline T ExpF(T x) {
   return p * Pow2(n);
 }
 
+// Below it ExpF returns the smallest normal float, not 0.
+constexpr float kExpFloor = -87.33654475f;
+
+// exp(x) where a softmax needs it exactly: 0 below ExpF's range (so
+// exp(-inf) = 0, a masked score's weight) and NaN kept.
+template <typename T>
+inline T ExpOrZero(T x) {
+  const T e = x < kExpFloor ? Splat<T>(0.0f) : ExpF(x);
+  return x == x ? e : x;
+}
+
 }  // namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET
 #endif  // JAX_ACLNN_KERNEL_TARGET
 

@@ -173,6 +173,13 @@ inline T Splat(float c) {
   return T{} + c;
 }
 
+// The sum of a vector's lanes.
+inline float SumLanes(Vec v) {
+  float s = 0.0f;
+  for (int k = 0; k < kLanes; ++k) s += v[k];
+  return s;
+}
+
 inline float Abs(float x) { return std::fabs(x); }
 inline Vec Abs(Vec x) { return reinterpret_cast<Vec>(reinterpret_cast<VecI>(x) & 0x7fffffff); }
 
