@@ -356,6 +356,7 @@ def adamw(learning_rate: float | jax.Array | _optax.Schedule, b1: float | jax.Ar
         lr, decay, decayed = hyperparameters(state, params)
         lr_known, decay_known = _known(lr), _known(decay)
         step = state.count.astype(_F32).reshape(1)  # the updates done: V2 adds 1
+        v1_scalars: dict[bool, list[jax.Array]] = {}  # V1's, once per decay, not per parameter
 
         def kernel(p, m, v, g, decays):
             """One parameter's update: V2 where lr and the decay are known,
@@ -364,8 +365,11 @@ def adamw(learning_rate: float | jax.Array | _optax.Schedule, b1: float | jax.Ar
                 return APPLY_ADAMW(p, m, v, None, g, step, lr=lr_known, beta1=known[0],
                                    beta2=known[1], weightDecay=decay_known if decays else 0.0,
                                    eps=known[2], amsgrad=False, maximize=False)[:3]
-            scalars = _v1_scalars(state.count, lr, decay if decays else 0.0, *known)
-            return APPLY_ADAMW_V1(p, m, v, *scalars, g, None, amsgrad=False, maximize=False)
+            decays = bool(decays)
+            if decays not in v1_scalars:
+                v1_scalars[decays] = _v1_scalars(state.count, lr, decay if decays else 0.0, *known)
+            return APPLY_ADAMW_V1(p, m, v, *v1_scalars[decays], g, None, amsgrad=False,
+                                  maximize=False)
 
         def one(g, m, v, p, decays):
             p = jnp.asarray(p)

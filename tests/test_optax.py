@@ -321,6 +321,11 @@ def test_a_schedule_of_the_traced_count_runs_apply_adam_w_in_place(rng):
     text = lowered.as_text()
     assert v1_calls(text) == len(jax.tree.leaves(params)) and kernel_lr_and_decay(text) == []
     assert "input_output_alias" in lowered.compile().as_text()
+    # aclnnApplyAdamW's scalars built once per variant (decayed, masked),
+    # not once per parameter: beta1 ** t and beta2 ** t twice, beside the
+    # schedule's own powers (regression: 2 per parameter)
+    powers = lambda f, *a: str(jax.make_jaxpr(f)(*a)).count(" pow")  # noqa: E731
+    assert powers(step, params, state, grads[0]) == powers(schedule, state.count) + 4
     aclnn.reset_runtime_stats()
     ours = params
     theirs = jax.tree.map(jnp.copy, params)  # ours are donated

@@ -45,6 +45,20 @@ void AdamW(float* var, float* m, float* v, float* max_v, bool write_max, const f
   }
 }
 
+// Both versions' tensors: varRef float32 of rank 1 to 8; mRef, vRef and
+// grad float32 of its shape.
+aclnnStatus CheckAdamWTensors(const char* op, const aclTensor* varRef, const aclTensor* mRef,
+                              const aclTensor* vRef, const aclTensor* grad) {
+  RETURN_IF_ERROR(CheckFloat32(op, "varRef", varRef));
+  RETURN_IF_ERROR(CheckRank(op, "varRef", varRef, 1, 8));
+  for (auto [name, t] : {std::pair{"mRef", mRef}, std::pair{"vRef", vRef},
+                         std::pair{"grad", grad}}) {
+    RETURN_IF_ERROR(CheckFloat32(op, name, t));
+    RETURN_IF_ERROR(CheckShape(op, name, t, varRef->dims));
+  }
+  return ACLNN_SUCCESS;
+}
+
 }  // namespace
 
 // In place on varRef, mRef, vRef (and maxGradNormOptionalRef with amsgrad),
@@ -58,11 +72,7 @@ EXPORT aclnnStatus aclnnApplyAdamWV2GetWorkspaceSize(
   const char* op = "aclnnApplyAdamWV2";
   RETURN_IF_ERROR(CheckNotNull(op, "workspaceSize", workspaceSize));
   RETURN_IF_ERROR(CheckNotNull(op, "executor", executor));
-  RETURN_IF_ERROR(CheckFloat32(op, "varRef", varRef));
-  RETURN_IF_ERROR(CheckRank(op, "varRef", varRef, 1, 8));
-  RETURN_IF_ERROR(CheckFloat32(op, "mRef", mRef));
-  RETURN_IF_ERROR(CheckFloat32(op, "vRef", vRef));
-  RETURN_IF_ERROR(CheckFloat32(op, "grad", grad));
+  RETURN_IF_ERROR(CheckAdamWTensors(op, varRef, mRef, vRef, grad));
   if (amsgrad && maxGradNormOptionalRef == nullptr)
     return Fail(ACLNN_ERR_PARAM_NULLPTR, "%s: maxGradNormOptionalRef is null with amsgrad", op);
   if (maxGradNormOptionalRef != nullptr) {
@@ -73,9 +83,6 @@ EXPORT aclnnStatus aclnnApplyAdamWV2GetWorkspaceSize(
   if (Numel(step) != 1)
     return Fail(ACLNN_ERR_PARAM_INVALID, "%s: step has shape %s; expected one element", op,
                 Shape(step).c_str());
-  RETURN_IF_ERROR(CheckShape(op, "mRef", mRef, varRef->dims));
-  RETURN_IF_ERROR(CheckShape(op, "vRef", vRef, varRef->dims));
-  RETURN_IF_ERROR(CheckShape(op, "grad", grad, varRef->dims));
   const int64_t size = Numel(varRef);
   Kernel kernel = [=](const std::vector<Slot>& in, const std::vector<Slot>& out) -> aclnnStatus {
     RETURN_IF_ERROR(CheckData(op, in, out));
@@ -106,14 +113,7 @@ EXPORT aclnnStatus aclnnApplyAdamWGetWorkspaceSize(
   const char* op = "aclnnApplyAdamW";
   RETURN_IF_ERROR(CheckNotNull(op, "workspaceSize", workspaceSize));
   RETURN_IF_ERROR(CheckNotNull(op, "executor", executor));
-  RETURN_IF_ERROR(CheckFloat32(op, "varRef", varRef));
-  RETURN_IF_ERROR(CheckRank(op, "varRef", varRef, 1, 8));
-  for (auto [name, t] : {std::pair{"mRef", static_cast<const aclTensor*>(mRef)},
-                         std::pair{"vRef", static_cast<const aclTensor*>(vRef)},
-                         std::pair{"grad", grad}}) {
-    RETURN_IF_ERROR(CheckFloat32(op, name, t));
-    RETURN_IF_ERROR(CheckShape(op, name, t, varRef->dims));
-  }
+  RETURN_IF_ERROR(CheckAdamWTensors(op, varRef, mRef, vRef, grad));
   const std::pair<const char*, const aclTensor*> scalars[] = {
       {"beta1Power", beta1Power}, {"beta2Power", beta2Power}, {"lr", lr},
       {"weightDecay", weightDecay}, {"beta1", beta1}, {"beta2", beta2}, {"eps", eps}};
