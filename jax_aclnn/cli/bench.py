@@ -46,8 +46,9 @@ gradient) and a chain of tiny calls, alternately with reuse on and off.
 Last, a training step's temporary memory (XLA's memory analysis), compile
 time and step time, through jax_aclnn against the same model in pure JAX
 (:mod:`jax_aclnn.cli.step_memory`), and the step and compile times of
-``train-lm``'s language model through :mod:`jax_aclnn.nn` against the same
-model in jax.numpy, ``jax.nn`` and optax and against its own references
+``train-lm``'s training step (its model's gradients, then AdamW) through
+:mod:`jax_aclnn.nn` and :mod:`jax_aclnn.optax` against the same step in
+jax.numpy, ``jax.nn`` and optax and against its own references
 (:mod:`jax_aclnn.cli.llm_step`), an AdamW step through
 :func:`jax_aclnn.optax.update_and_apply` against optax and PyTorch's fused
 AdamW (:mod:`jax_aclnn.cli.adamw_bench`), a mixture-of-experts grouped matmul's
@@ -232,8 +233,9 @@ def print_step_table(rows: list[dict[str, Any]]) -> None:
 
 def print_llm_table(rows: list[dict[str, Any]]) -> None:
     print_table(
-        "language-model step jit(value_and_grad(loss)) of train-lm's model through jax_aclnn.nn vs "
-        "jax.numpy/jax.nn/optax and vs jax_aclnn.nn's references (medians; ratios > 1: aclnn faster)",
+        "train-lm's step (jit: the loss's value and gradients, then AdamW) through jax_aclnn.nn and "
+        "jax_aclnn.optax vs jax.numpy/jax.nn/optax and vs their references (medians; ratios > 1: "
+        "aclnn faster)",
         ["model", "dtype", "batch x seq", "aclnn step", "vs jnp", "vs reference", "aclnn compile",
          "vs jnp"], 3,
         [[f"{r['model']} (dim {r['dim']}, {r['layers']} layers)", r["dtype"], f"{r['batch']} x {r['seq']}",

@@ -1,27 +1,38 @@
 """The language-model step of ``bench``: ``python -m jax_aclnn train-lm``'s
-model (:mod:`jax_aclnn.cli.train_lm`: RMSNorm, grouped-query attention with
-RoPE, the residual add and norm, SwiGLU, cross entropy) differentiated two
-ways, with paired step and compile times (:func:`jax_aclnn.cli.step_memory.compare`):
+training step (:mod:`jax_aclnn.cli.train_lm`'s model: RMSNorm,
+grouped-query attention with RoPE, the residual add and norm, SwiGLU,
+cross entropy; the loss's value and gradients, then one AdamW update under
+train-lm's cosine schedule) three ways, with paired step and compile times
+(:func:`jax_aclnn.cli.step_memory.compare`):
 
-* ``aclnn``: through :mod:`jax_aclnn.nn` (CANN's fused operators where a
-  provider has them: on a CPU the host provider's kernels where it has
-  them, else their references);
+* ``aclnn``: through :mod:`jax_aclnn.nn` and :func:`jax_aclnn.optax.update_and_apply`
+  (CANN's fused operators where a provider has them: on a CPU the host
+  provider's kernels);
 * ``reference``: the same calls under :func:`jax_aclnn.reference_path`
   (every function's pure-JAX reference, as ``JAX_ACLNN_REFERENCE=all``);
 * ``jnp``: the same model written with jax.numpy, ``jax.nn`` and optax
-  (:data:`jax_aclnn.cli.train_lm.PLAIN`), differentiated by JAX.
+  (:data:`jax_aclnn.cli.train_lm.PLAIN`), differentiated by JAX, and
+  ``optax.adamw`` with ``optax.apply_updates``.
+
+Nothing is donated, so that every timed run takes the same inputs: the
+in-place update then copies each parameter and its moments first (one
+pass over them, against the step's many).
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 import jax_aclnn as aclnn
 from jax_aclnn import nn
+from jax_aclnn import optax as aclnn_optax
 from jax_aclnn.cli import step_memory, train_lm
 
 MODES = {"aclnn": nn, "reference": nn, "jnp": train_lm.PLAIN}
@@ -31,14 +42,36 @@ SHAPES = [("train-lm's default", train_lm.Config(64, 2, 4, 2, 128, 64), 16),
           ("wider", train_lm.Config(256, 4, 8, 4, 512, 128), 16)]
 
 
-def compile_step(mode: str, cfg: train_lm.Config, args: Any) -> Any:
-    """``jax.jit(jax.value_and_grad(loss))`` through ``mode``'s operators
-    (:data:`MODES`), compiled for ``args``."""
-    step = jax.jit(jax.value_and_grad(lambda p, w: train_lm.loss_fn(p, w, cfg, MODES[mode])))
-    if mode != "reference":
-        return step.lower(*args).compile()
-    with aclnn.reference_path():
-        return step.lower(*args).compile()
+#: train-lm's optimizer: AdamW under a cosine schedule of the step count.
+LEARNING_RATE, SCHEDULE_STEPS, WEIGHT_DECAY = 3e-3, 1000, 0.01
+
+
+def optimizer(mode: str) -> optax.GradientTransformation:
+    """``mode``'s AdamW: :func:`jax_aclnn.optax.adamw`, or optax's for ``jnp``."""
+    adamw = optax.adamw if mode == "jnp" else aclnn_optax.adamw
+    return adamw(optax.cosine_decay_schedule(LEARNING_RATE, SCHEDULE_STEPS),
+                 weight_decay=WEIGHT_DECAY)
+
+
+def compile_step(mode: str, cfg: train_lm.Config, args: Any) -> Callable[..., Any]:
+    """train-lm's step through ``mode``'s operators (:data:`MODES`),
+    compiled for ``args`` (the parameters and the byte windows), as a
+    function of them: the optimizer's state is made here (its moments
+    zero) and bound."""
+    params, windows = args
+    tx = optimizer(mode)
+    state = tx.init(params)
+
+    def step(p, s, w):
+        loss, grads = jax.value_and_grad(lambda p: train_lm.loss_fn(p, w, cfg, MODES[mode]))(p)
+        if mode == "jnp":
+            updates, s = tx.update(grads, s, p)
+            return optax.apply_updates(p, updates), s, loss
+        return (*aclnn_optax.update_and_apply(tx, grads, s, p), loss)
+
+    with aclnn.reference_path() if mode == "reference" else contextlib.nullcontext():
+        compiled = jax.jit(step).lower(params, state, windows).compile()
+    return lambda p, w: compiled(p, state, w)
 
 
 def measure(name: str, cfg: train_lm.Config, batch: int, repeats: int,
