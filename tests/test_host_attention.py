@@ -74,7 +74,9 @@ def assert_near(actual, expected, dtype, what):
 #: (B, T, S, N, K, H, causal, pse shape or None, mask shape or None):
 #: causal with T < S and T > S (GQA, several key blocks); each pse pattern;
 #: boolean masks of each pattern (with a fully masked row); S below a block,
-#: T and S not multiples of one; a pse broadcast over a batch of 3.
+#: T and S not multiples of one; a pse broadcast over a batch of 3; causal
+#: with T = S over several query blocks and a pse (the products stop at the
+#: last key a block sees, the pse's gradient too).
 CASES = [
     (1, 70, 300, 4, 2, 32, True, None, None),
     (2, 300, 70, 2, 2, 16, True, None, None),
@@ -83,6 +85,7 @@ CASES = [
     (2, 33, 40, 2, 2, 24, True, (2, 2, 33, 40), (33, 40)),
     (2, 20, 260, 2, 2, 8, False, None, (2, 2, 20, 260)),
     (3, 30, 50, 2, 1, 8, True, (1, 2, 30, 50), None),
+    (1, 150, 150, 2, 1, 16, True, (1, 2, 150, 150), None),
 ]
 
 

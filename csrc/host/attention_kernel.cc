@@ -116,6 +116,17 @@ struct Problem {
     *hi = std::min<int64_t>(e, s - 1);
   }
 
+  // The keys [*first, *last] that rows [i0, i0 + rows) see between them
+  // (*last < *first: none).
+  void Seen(int64_t i0, int64_t rows, int64_t* first, int64_t* last) const {
+    *first = s, *last = -1;
+    for (int64_t i = i0; i < i0 + rows; ++i) {
+      int64_t lo, hi;
+      Band(i, &lo, &hi);
+      if (lo <= hi) *first = std::min(*first, lo), *last = std::max(*last, hi);
+    }
+  }
+
   // Whether a block of rows [i0, i0 + rows) sees any key in [j0, j1).
   bool Sees(int64_t i0, int64_t rows, int64_t j0, int64_t j1) const {
     for (int64_t i = i0; i < i0 + rows; ++i) {
@@ -195,14 +206,10 @@ void RunFlashAttention(const View& q, const View& k, const View& v, const View* 
     std::vector<float> acc(static_cast<size_t>(rows * pr.dv), 0.0f);
     std::vector<float> row_max(static_cast<size_t>(rows), -kInf), row_sum(rows, 0.0f);
     const FloatMatrix qm = Rows(q, b, h, i0, rows, &qbuf);
-    int64_t first = pr.s, last = -1;  // the keys any row sees
-    for (int64_t i = i0; i < i0 + rows; ++i) {
-      int64_t lo, hi;
-      pr.Band(i, &lo, &hi);
-      if (lo <= hi) first = std::min(first, lo), last = std::max(last, hi);
-    }
+    int64_t first, last;  // the keys any row sees: no product past them
+    pr.Seen(i0, rows, &first, &last);
     for (int64_t j0 = first / kForwardKeys * kForwardKeys; j0 <= last; j0 += kForwardKeys) {
-      const int64_t cols = std::min(kForwardKeys, pr.s - j0);
+      const int64_t cols = std::min(kForwardKeys, last + 1 - j0);
       const FloatMatrix km = Rows(k, b, g, j0, cols, &kbuf);
       Gemm(qm, km.T(), scores.data(), cols, false);
       bool any = false;
@@ -310,15 +317,20 @@ void RunFlashAttentionGrad(const View& q, const View& k, const View& v, const Vi
       }
       const int64_t dq_head = dq_in_place ? dq.strides[2] : pr.d;
       for (int64_t kb = c; kb < key_blocks; kb += chunks) {
-        const int64_t j0 = kb * kBackwardKeys, cols = std::min(kBackwardKeys, pr.s - j0);
-        const FloatMatrix km = Rows(k, b, g, j0, cols, &kbuf);
-        const FloatMatrix vm = Rows(v, b, g, j0, cols, &vbuf);
+        const int64_t j0 = kb * kBackwardKeys, block_cols = std::min(kBackwardKeys, pr.s - j0);
+        const FloatMatrix k_block = Rows(k, b, g, j0, block_cols, &kbuf);
+        const FloatMatrix v_block = Rows(v, b, g, j0, block_cols, &vbuf);
         std::fill(dk_acc.begin(), dk_acc.end(), 0.0f);
         std::fill(dv_acc.begin(), dv_acc.end(), 0.0f);
         for (int64_t h = g * pr.group; h < (g + 1) * pr.group; ++h) {
           for (int64_t i0 = 0; i0 < pr.t; i0 += kBackwardQueries) {
             const int64_t rows = std::min(kBackwardQueries, pr.t - i0);
-            if (!pr.Sees(i0, rows, j0, j0 + cols)) continue;
+            if (!pr.Sees(i0, rows, j0, j0 + block_cols)) continue;
+            int64_t first, last;  // the block's keys [j0, j0 + cols) up to the last one seen
+            pr.Seen(i0, rows, &first, &last);
+            const int64_t cols = std::min(block_cols, last + 1 - j0);
+            const FloatMatrix km{k_block.data, cols, k_block.cols, k_block.row_stride, 1};
+            const FloatMatrix vm{v_block.data, cols, v_block.cols, v_block.row_stride, 1};
             const FloatMatrix qm = Rows(q, b, h, i0, rows, &qbuf);
             Gemm(qm, km.T(), p.data(), cols, false);
             bool any = false;
@@ -354,8 +366,8 @@ void RunFlashAttentionGrad(const View& q, const View& k, const View& v, const Vi
             Gemm(pm.T(), qm, dk_acc.data(), pr.d, true);                // dK += dS^T Q
           }
         }
-        StoreRows(dk, b, g, j0, cols, dk_acc.data());
-        StoreRows(dv, b, g, j0, cols, dv_acc.data());
+        StoreRows(dk, b, g, j0, block_cols, dk_acc.data());
+        StoreRows(dv, b, g, j0, block_cols, dv_acc.data());
       }
     }
   });
