@@ -177,6 +177,33 @@ def test_the_reference_switch_runs_the_reference_instead(rng):
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_a_nan_in_a_query_row_gives_nan_there_and_only_there(rng, is_causal):
+    """A NaN score propagates to its row's output (as in jax.nn), also where
+    the row's other scores are masked: never CANN's zeros of an empty row."""
+    q, k, v = (np.asarray(rng.normal(size=(1, 40, 2, 16)), np.float32) for _ in range(3))
+    q[0, 0, 0, 3] = q[0, 21, 1, 0] = np.nan  # row 0 sees one key when causal
+    out = np.asarray(jax.jit(lambda q, k, v: nn.dot_product_attention(
+        q, k, v, is_causal=is_causal))(q, k, v))
+    nan_rows = np.isnan(out).any(-1)
+    expected = np.zeros((1, 40, 2), bool)
+    expected[0, 0, 0] = expected[0, 21, 1] = True
+    np.testing.assert_array_equal(nan_rows, expected)
+    assert np.isnan(out[0, 0, 0]).all() and np.isnan(out[0, 21, 1]).all()
+
+
+def test_the_causal_mask_is_a_constant_of_the_program(rng):
+    """is_causal passes CANN's compressed 2048 x 2048 mask (sparse mode 2),
+    which the host kernels never read: made once with NumPy, not computed by
+    every call (it was a 4 MiB iota-and-compare in every training step)."""
+    q = jnp.asarray(rng.normal(size=(1, 8, 2, 16)), jnp.float32)
+    text = jax.jit(lambda q: nn.dot_product_attention(q, q, q, is_causal=True)).lower(q).as_text()
+    computed = [line for line in text.splitlines()
+                if "2048x2048" in line and "stablehlo.constant" not in line
+                and "custom_call" not in line and "func" not in line]
+    assert computed == [], computed
+
+
 # --- the C ABI ---------------------------------------------------------------------------------
 
 

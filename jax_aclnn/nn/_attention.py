@@ -28,6 +28,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jax_aclnn import _compat
 from jax_aclnn._declare import declare
@@ -43,6 +44,16 @@ _PSE_PATTERNS = [(False, False, True, False), (True, False, False, False), (Fals
 _MASK_PATTERNS = [(True, True, False, False), (False, True, False, False), (False,) * 4]
 _ALL_TOKENS = 2147483647  # preTokens/nextTokens: no band (torch_npu's default)
 _SPARSE_MASK, _SPARSE_CAUSAL = 1, 2  # allMask; leftUpCausal (query i sees keys j <= i)
+
+
+@functools.cache
+def _causal_mask() -> np.ndarray:
+    """CANN's compressed causal mask (sparse modes 2-4: 1 above the
+    diagonal), made once with NumPy: a constant of the program, where
+    ``jnp.triu`` was a 4 MiB computation in every step."""
+    mask = np.triu(np.ones((_CAUSAL_SIZE, _CAUSAL_SIZE), bool), 1)
+    mask.flags.writeable = False
+    return mask
 
 
 def _per_kv_head(x, k):
@@ -458,7 +469,7 @@ def dot_product_attention(query: Any, key: Any, value: Any, bias: Any = None, ma
             masked_out = masked_out.reshape(t, s)
         sparse = _SPARSE_MASK
     elif is_causal:
-        masked_out = jnp.triu(jnp.ones((_CAUSAL_SIZE, _CAUSAL_SIZE), bool), 1)
+        masked_out = _causal_mask()
         sparse = _SPARSE_CAUSAL
     else:
         sparse = 0
