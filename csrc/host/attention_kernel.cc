@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "host/dtype.h"
@@ -35,13 +36,20 @@
 namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET {
 namespace {
 
-// Queries and keys per block: the forward's, the backward's.
-// (Measured at T = S = 4096, H = 64: the CPU time is within noise from 32
-// to 128 queries and 128 to 512 keys; the products dominate it.)
+// Queries and keys per block: the forward's, the backward's. (Measured at
+// T = S = 4096, H = 64: the CPU time is within noise from 64 to 128
+// queries and 128 to 512 keys, the products dominate it; blocks of 32
+// queries took the forward 17% longer.)
 constexpr int64_t kForwardQueries = 64;
 constexpr int64_t kForwardKeys = 256;
 constexpr int64_t kBackwardQueries = 64;
 constexpr int64_t kBackwardKeys = 128;
+
+// The queries of a block for a sequence of t: half a block where the
+// sequence is at most two (a causal block's products stop at its last row's
+// key, so the halves skip a quarter of them: at T = 64 with D = 16 the
+// forward took 0.9x the time, the backward 0.8x).
+int64_t QueryRows(int64_t t, int64_t block) { return t <= 2 * block ? block / 2 : block; }
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 using ArrayMap = Eigen::Map<Eigen::ArrayXf>;
@@ -49,6 +57,15 @@ using ArrayMap = Eigen::Map<Eigen::ArrayXf>;
 char* Address(const View& v, int64_t offset) {
   return static_cast<char*>(v.data) + offset * ElementSize(v.dtype);
 }
+
+// A task's float buffer, left uninitialized (each product writes its block
+// before it is read; zeroing a vector of every block's size was a tenth of
+// a small layer's time).
+struct Floats {
+  explicit Floats(int64_t n) : data(new float[static_cast<size_t>(n)]) {}
+  float* get() const { return data.get(); }
+  std::unique_ptr<float[]> data;
+};
 
 // Rows [r0, r0 + rows) of head h in batch b of a BSND tensor, as floats:
 // the memory itself where it is float32 with unit stride along D, else
@@ -74,6 +91,52 @@ void StoreRows(const View& t, int64_t b, int64_t h, int64_t r0, int64_t rows, co
   for (int64_t r = 0; r < rows; ++r)
     StoreFromFloat(t.dtype, src + r * d, d, Address(t, first + r * t.strides[1]), t.strides[3]);
 }
+
+// Over `vectors` whole vectors of a row of scores, in place: exp(score -
+// max) at the elements [first, end), 0 at the others (and at masked
+// scores, -inf); returns the sum. Whole vectors, selected by lane, and no
+// fill or memset call per row: on the short rows of attention at 64 tokens
+// the scalar tails and small fills took most of the softmax's time.
+// (Vectorized ExpF: Eigen's select of its exp computed each element with
+// libm's scalar expf, a fifth of a small layer's time.)
+float Exponentials(float* row, int64_t vectors, int64_t first, int64_t end, float max) {
+  VecI lane;
+  for (int k = 0; k < kLanes; ++k) lane[k] = k;
+  Vec acc{};
+  for (int64_t v = 0; v < vectors; ++v) {
+    char* at = reinterpret_cast<char*>(row + v * kLanes);
+    const VecI j = lane + static_cast<int32_t>(v * kLanes);
+    const Vec e = ExpOrZero(LoadFloats<ACL_FLOAT, Vec>(at) - max);
+    const Vec w = j >= static_cast<int32_t>(first) && j < static_cast<int32_t>(end) ? e : Vec{};
+    StoreFloats<ACL_FLOAT>(at, w);
+    acc += w;
+  }
+  return SumLanes(acc);
+}
+
+// The largest of row[first, end) (-inf where empty, NaN where one is),
+// over the whole vectors from row.
+float MaxOf(const float* row, int64_t first, int64_t end) {
+  VecI lane;
+  for (int k = 0; k < kLanes; ++k) lane[k] = k;
+  Vec m = Splat<Vec>(-kInf);
+  for (int64_t v = first / kLanes; v * kLanes < end; ++v) {
+    const VecI j = lane + static_cast<int32_t>(v * kLanes);
+    const Vec x = LoadFloats<ACL_FLOAT, Vec>(reinterpret_cast<const char*>(row + v * kLanes));
+    m = j >= static_cast<int32_t>(first) && j < static_cast<int32_t>(end) && (m < x || x != x) ? x : m;
+  }
+  float r = -kInf;
+  for (int k = 0; k < kLanes; ++k) r = r < m[k] || m[k] != m[k] ? m[k] : r;
+  return r;
+}
+
+// Zeros over whole vectors [v0, v1) of a row.
+void ZeroVectors(float* row, int64_t v0, int64_t v1) {
+  for (int64_t v = v0; v < v1; ++v) StoreFloats<ACL_FLOAT>(reinterpret_cast<char*>(row + v * kLanes), Vec{});
+}
+
+// The row stride of a block of `cols` scores: whole vectors.
+int64_t Padded(int64_t cols) { return (cols + kLanes - 1) / kLanes * kLanes; }
 
 // The shapes, the optional pse and mask, and which keys each query sees.
 struct Problem {
@@ -137,52 +200,56 @@ struct Problem {
     return false;
   }
 
-  // Row i of (b, head h)'s scores for keys [j0, j0 + cols), `s` holding
-  // Q K^T: scaled, the pse added, masked keys at -inf. Returns the row's
-  // max (-inf: no key computed).
-  float Scores(int64_t bi, int64_t h, int64_t i, int64_t j0, int64_t cols, float* row,
-               float* buf) const {
-    ArrayMap a(row, cols);
-    if (pse != nullptr) {
-      LoadAsFloat(pse->dtype, Address(*pse, bi * ps[0] + h * ps[1] + i * ps[2] + j0 * ps[3]),
-                  ps[3], cols, buf);
-      a = (a + ArrayMap(buf, cols)) * p.scale;
-    } else {
-      a *= p.scale;
-    }
+  // The keys [*first, *end) of [j0, j0 + cols) row i sees (band and
+  // causal triangle), and over them, in `row` (scale * Q K^T, the
+  // product's own scale), the scaled pse added and the masked keys at -inf.
+  void Scores(int64_t bi, int64_t h, int64_t i, int64_t j0, int64_t cols, float* row,
+              float* buf, int64_t* first, int64_t* end) const {
     int64_t lo, hi;
     Band(i, &lo, &hi);
-    const int64_t first = std::clamp<int64_t>(lo - j0, 0, cols);
-    const int64_t end = std::clamp<int64_t>(hi - j0 + 1, first, cols);
-    if (first >= end) return -kInf;
-    std::fill(row, row + first, -kInf);
-    std::fill(row + end, row + cols, -kInf);
-    if (mask != nullptr) {
-      const auto* m = reinterpret_cast<const uint8_t*>(Address(
-          *mask, bi * ms[0] + h * ms[1] + i * ms[2] + j0 * ms[3]));
-      for (int64_t j = first; j < end; ++j)
-        if (m[j * ms[3]] != 0) row[j] = -kInf;
+    *first = std::clamp<int64_t>(lo - j0, 0, cols);
+    *end = std::clamp<int64_t>(hi - j0 + 1, *first, cols);
+    const int64_t len = *end - *first, j1 = j0 + *first;
+    if (len == 0) return;
+    float* a = row + *first;
+    if (pse != nullptr) {
+      LoadAsFloat(pse->dtype, Address(*pse, bi * ps[0] + h * ps[1] + i * ps[2] + j1 * ps[3]),
+                  ps[3], len, buf);
+      for (int64_t j = 0; j < len; ++j) a[j] += buf[j] * p.scale;
     }
-    return ArrayMap(row + first, end - first).maxCoeff();
+    if (mask != nullptr) {
+      const auto* m = reinterpret_cast<const uint8_t*>(
+          Address(*mask, bi * ms[0] + h * ms[1] + i * ms[2] + j1 * ms[3]));
+      for (int64_t j = 0; j < len; ++j)
+        if (m[j * ms[3]] != 0) a[j] = -kInf;
+    }
+  }
+
+  // Row i's softmax weights for keys [j0, j0 + cols), in place of its Q
+  // K^T (`row`, Padded(cols) floats): exp(score - *max) where the row sees
+  // the key, 0 elsewhere (a masked key's exp(-inf) included). With
+  // `running` (the forward's online softmax) *max is first raised to these
+  // scores' max; else it is the forward's. Returns the weights' sum, or -1
+  // where the row sees no key among these (its weights all 0, *max
+  // unchanged).
+  float Weights(int64_t bi, int64_t h, int64_t i, int64_t j0, int64_t cols, float* row,
+                float* buf, float* max, bool running) const {
+    int64_t first, end;
+    Scores(bi, h, i, j0, cols, row, buf, &first, &end);
+    const int64_t vectors = Padded(cols) / kLanes;
+    const float block_max = MaxOf(row, first, end);
+    if (block_max == -kInf) {
+      ZeroVectors(row, 0, vectors);
+      return -1.0f;
+    }
+    if (running) *max = std::max(*max, block_max);
+    const int64_t v0 = first / kLanes, v1 = Padded(end) / kLanes;
+    ZeroVectors(row, 0, v0);
+    ZeroVectors(row, v1, vectors);
+    return Exponentials(row + v0 * kLanes, v1 - v0, first - v0 * kLanes, end - v0 * kLanes,
+                        *max);
   }
 };
-
-// exp(row - max) over a row of scores in place, 0 where masked (-inf);
-// returns their sum. (Vectorized ExpF: Eigen's select of its exp computed
-// each element with libm's scalar expf, a fifth of a small layer's time.)
-float Exponentials(float* row, int64_t cols, float max) {
-  Vec acc{};
-  int64_t j = 0;
-  for (; j + kLanes <= cols; j += kLanes) {
-    char* at = reinterpret_cast<char*>(row + j);
-    const Vec e = ExpOrZero(LoadFloats<ACL_FLOAT, Vec>(at) - max);
-    StoreFloats<ACL_FLOAT>(at, e);
-    acc += e;
-  }
-  float sum = SumLanes(acc);
-  for (; j < cols; ++j) sum += row[j] = ExpOrZero(row[j] - max);
-  return sum;
-}
 
 // A statistic of row (b, h, i): element 0 of its 8.
 float* Stat(const View& v, int64_t b, int64_t h, int64_t i) {
@@ -196,13 +263,14 @@ void RunFlashAttention(const View& q, const View& k, const View& v, const View* 
                        const View* mask, const AttentionParams& params, const View& max_out,
                        const View& sum_out, const View& out, const JaxAclnnHostStream* stream) {
   const Problem pr(q, k, v, pse, mask, params);
-  const int64_t blocks = (pr.t + kForwardQueries - 1) / kForwardQueries;
+  const int64_t query_rows = QueryRows(pr.t, kForwardQueries);
+  const int64_t blocks = (pr.t + query_rows - 1) / query_rows;
   ParallelFor(stream, pr.b * pr.n * blocks, [&](int64_t task) {
     const int64_t qb = task % blocks, h = (task / blocks) % pr.n, b = task / (blocks * pr.n);
-    const int64_t g = h / pr.group, i0 = qb * kForwardQueries;
-    const int64_t rows = std::min(kForwardQueries, pr.t - i0);
+    const int64_t g = h / pr.group, i0 = qb * query_rows;
+    const int64_t rows = std::min(query_rows, pr.t - i0);
     std::vector<float> qbuf, kbuf, vbuf, pbuf(static_cast<size_t>(kForwardKeys));
-    std::vector<float> scores(static_cast<size_t>(rows * kForwardKeys));
+    const Floats scores(rows * Padded(std::min(kForwardKeys, pr.s)));
     std::vector<float> acc(static_cast<size_t>(rows * pr.dv), 0.0f);
     std::vector<float> row_max(static_cast<size_t>(rows), -kInf), row_sum(rows, 0.0f);
     const FloatMatrix qm = Rows(q, b, h, i0, rows, &qbuf);
@@ -211,25 +279,24 @@ void RunFlashAttention(const View& q, const View& k, const View& v, const View* 
     for (int64_t j0 = first / kForwardKeys * kForwardKeys; j0 <= last; j0 += kForwardKeys) {
       const int64_t cols = std::min(kForwardKeys, last + 1 - j0);
       const FloatMatrix km = Rows(k, b, g, j0, cols, &kbuf);
-      Gemm(qm, km.T(), scores.data(), cols, false);
+      const int64_t ld = Padded(cols);
+      Gemm(qm, km.T(), scores.get(), ld, false, pr.p.scale);
       bool any = false;
       for (int64_t r = 0; r < rows; ++r) {
-        float* row = scores.data() + r * cols;
-        const float max = pr.Scores(b, h, i0 + r, j0, cols, row, pbuf.data());
-        if (max == -kInf) {
-          std::fill(row, row + cols, 0.0f);
-          continue;
-        }
+        float next = row_max[r];
+        const float sum = pr.Weights(b, h, i0 + r, j0, cols, scores.get() + r * ld,
+                                     pbuf.data(), &next, true);
+        if (sum < 0) continue;  // no key seen here
         any = true;
-        const float next = std::max(row_max[r], max);
-        const float alpha = std::exp(row_max[r] - next);  // 0 for the first keys
-        row_sum[r] = row_sum[r] * alpha + Exponentials(row, cols, next);
+        // the earlier keys' weights rescaled (none before the first keys seen)
+        const float alpha = row_max[r] == -kInf ? 0.0f : std::exp(row_max[r] - next);
+        row_sum[r] = row_sum[r] * alpha + sum;
         if (alpha != 1.0f) ArrayMap(acc.data() + r * pr.dv, pr.dv) *= alpha;
         row_max[r] = next;
       }
       if (!any) continue;
       const FloatMatrix vm = Rows(v, b, g, j0, cols, &vbuf);
-      Gemm({scores.data(), rows, cols, cols, 1}, vm, acc.data(), pr.dv, true);
+      Gemm({scores.get(), rows, cols, ld, 1}, vm, acc.data(), pr.dv, true);
     }
     for (int64_t r = 0; r < rows; ++r) {
       const bool computed = row_sum[r] > 0;
@@ -274,6 +341,7 @@ void RunFlashAttentionGrad(const View& q, const View& k, const View& v, const Vi
   // summed over it), a task walks every batch. dq: written in place when
   // one chunk holds every key block (and dq is float32 with a unit stride),
   // else each chunk sums into a float32 copy of its own, added after.
+  const int64_t query_rows = QueryRows(pr.t, kBackwardQueries);
   const bool dpse_wanted = pse != nullptr && dpse != nullptr;
   const bool batch_inside = dpse_wanted && pse->dims[0] == 1 && pr.b > 1;
   const int64_t key_blocks = (pr.s + kBackwardKeys - 1) / kBackwardKeys;
@@ -298,8 +366,8 @@ void RunFlashAttentionGrad(const View& q, const View& k, const View& v, const Vi
     const int64_t c = task % chunks, g = (task / chunks) % pr.kv, bb = task / (chunks * pr.kv);
     const int64_t b_first = batch_inside ? 0 : bb, b_end = batch_inside ? pr.b : bb + 1;
     std::vector<float> kbuf, vbuf, qbuf, dybuf, pbuf(static_cast<size_t>(kBackwardKeys));
-    std::vector<float> p(static_cast<size_t>(kBackwardQueries * kBackwardKeys));
-    std::vector<float> dp(p.size());
+    const int64_t block_size = kBackwardQueries * Padded(std::min(kBackwardKeys, pr.s));
+    const Floats p(block_size), dp(block_size);
     std::vector<float> dk_acc(static_cast<size_t>(kBackwardKeys * pr.d));
     std::vector<float> dv_acc(static_cast<size_t>(kBackwardKeys * pr.dv));
     for (int64_t b = b_first; b < b_end; ++b) {
@@ -323,8 +391,8 @@ void RunFlashAttentionGrad(const View& q, const View& k, const View& v, const Vi
         std::fill(dk_acc.begin(), dk_acc.end(), 0.0f);
         std::fill(dv_acc.begin(), dv_acc.end(), 0.0f);
         for (int64_t h = g * pr.group; h < (g + 1) * pr.group; ++h) {
-          for (int64_t i0 = 0; i0 < pr.t; i0 += kBackwardQueries) {
-            const int64_t rows = std::min(kBackwardQueries, pr.t - i0);
+          for (int64_t i0 = 0; i0 < pr.t; i0 += query_rows) {
+            const int64_t rows = std::min(query_rows, pr.t - i0);
             if (!pr.Sees(i0, rows, j0, j0 + block_cols)) continue;
             int64_t first, last;  // the block's keys [j0, j0 + cols) up to the last one seen
             pr.Seen(i0, rows, &first, &last);
@@ -332,30 +400,31 @@ void RunFlashAttentionGrad(const View& q, const View& k, const View& v, const Vi
             const FloatMatrix km{k_block.data, cols, k_block.cols, k_block.row_stride, 1};
             const FloatMatrix vm{v_block.data, cols, v_block.cols, v_block.row_stride, 1};
             const FloatMatrix qm = Rows(q, b, h, i0, rows, &qbuf);
-            Gemm(qm, km.T(), p.data(), cols, false);
+            const int64_t ld = Padded(cols);
+            Gemm(qm, km.T(), p.get(), ld, false, pr.p.scale);
             bool any = false;
             for (int64_t r = 0; r < rows; ++r) {
-              float* row = p.data() + r * cols;
+              float* row = p.get() + r * ld;
               const int64_t i = i0 + r;
               const float l = *Stat(sum_in, b, h, i);
-              const float max = pr.Scores(b, h, i, j0, cols, row, pbuf.data());
-              if (!(l > 0) || max == -kInf) {
+              float max = *Stat(max_in, b, h, i);
+              if (!(l > 0)) {
                 std::fill(row, row + cols, 0.0f);
                 continue;
               }
+              if (pr.Weights(b, h, i, j0, cols, row, pbuf.data(), &max, false) < 0) continue;
               any = true;
-              Exponentials(row, cols, *Stat(max_in, b, h, i));
               ArrayMap(row, cols) *= 1.0f / l;
             }
             if (!any) continue;
             const FloatMatrix dym = Rows(dy, b, h, i0, rows, &dybuf);
-            const FloatMatrix pm{p.data(), rows, cols, cols, 1};
+            const FloatMatrix pm{p.get(), rows, cols, ld, 1};
             Gemm(pm.T(), dym, dv_acc.data(), pr.dv, true);      // dV += P^T dY
-            Gemm(dym, vm.T(), dp.data(), cols, false);          // dP = dY V^T
+            Gemm(dym, vm.T(), dp.get(), ld, false);             // dP = dY V^T
             for (int64_t r = 0; r < rows; ++r) {                // dS = scale P (dP - D)
               const float d = di[static_cast<size_t>((b * pr.n + h) * pr.t + i0 + r)];
-              ArrayMap pr_row(p.data() + r * cols, cols);
-              pr_row = pr_row * (ArrayMap(dp.data() + r * cols, cols) - d) * pr.p.scale;
+              ArrayMap pr_row(p.get() + r * ld, cols);
+              pr_row = pr_row * (ArrayMap(dp.get() + r * ld, cols) - d) * pr.p.scale;
               if (dpse_wanted) {
                 float* to = dpse_acc.data() + b * pse_strides[0] + h * pse_strides[1] +
                             (i0 + r) * pse_strides[2] + j0;

@@ -29,7 +29,8 @@ void WithEigen(const FloatMatrix& m, const Fn& fn) {
 
 }  // namespace
 
-void Gemm(const FloatMatrix& a, const FloatMatrix& b, float* c, int64_t ldc, bool accumulate) {
+void Gemm(const FloatMatrix& a, const FloatMatrix& b, float* c, int64_t ldc, bool accumulate,
+          float alpha) {
   using RowMajorMap =
       Eigen::Map<Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>,
                  Eigen::Unaligned, Eigen::OuterStride<>>;
@@ -39,9 +40,10 @@ void Gemm(const FloatMatrix& a, const FloatMatrix& b, float* c, int64_t ldc, boo
     if (!accumulate) out.setZero();
     return;
   }
-  if (!accumulate) out.setZero();  // one product below: out += a @ b
+  if (!accumulate) out.setZero();  // one product below: out += alpha * a @ b (Eigen's GEMM
+                                   // takes alpha itself)
   WithEigen(a, [&](const auto& ea) {
-    WithEigen(b, [&](const auto& eb) { out.noalias() += ea * eb; });
+    WithEigen(b, [&](const auto& eb) { out.noalias() += alpha * (ea * eb); });
   });
 }
 

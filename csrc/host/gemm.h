@@ -17,9 +17,11 @@ struct FloatMatrix {
   FloatMatrix T() const { return {data, cols, rows, col_stride, row_stride}; }
 };
 
-// c = a @ b, or c += a @ b when `accumulate`: c is a.rows x b.cols,
-// row-major with row stride ldc; a.cols == b.rows. On the calling thread.
-void Gemm(const FloatMatrix& a, const FloatMatrix& b, float* c, int64_t ldc, bool accumulate);
+// c = alpha * a @ b, or c += alpha * a @ b when `accumulate`: c is a.rows
+// x b.cols, row-major with row stride ldc; a.cols == b.rows. On the
+// calling thread.
+void Gemm(const FloatMatrix& a, const FloatMatrix& b, float* c, int64_t ldc, bool accumulate,
+          float alpha = 1.0f);
 
 }  // namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET
 
