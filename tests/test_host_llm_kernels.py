@@ -60,9 +60,11 @@ def assert_sum_close(actual, expected, magnitude, dtype, terms: int,
 
 #: (x's shape, the number of normalized trailing dimensions): rank 1 to 4,
 #: one or two normalized dimensions, sizes that are not a multiple of any
-#: vector width, size-1 dimensions, rows longer than a chunk (1024).
+#: vector width, rows of whole vectors (16, 64: the narrow rows of a small
+#: model), size-1 dimensions, rows longer than a chunk (1024).
 RMS_SHAPES = [((37,), 1), ((5, 37), 1), ((3, 4, 21), 1), ((2, 3, 1, 67), 1), ((4, 3, 7), 2),
-              ((2, 1, 5, 9), 2), ((1, 1), 1), ((3, 2500), 1), ((2, 3, 5), 3)]
+              ((2, 1, 5, 9), 2), ((1, 1), 1), ((3, 2500), 1), ((2, 3, 5), 3), ((9, 16), 1),
+              ((3, 5, 64), 1)]
 
 
 def rms_case(rng, shape, k, dtype, weight_dtype, zero_row=False):

@@ -88,16 +88,33 @@ def test_rotary_embedding_equals_torch(rng, dtype, shape, cos_shape, mode):
         assert_sum_close(got, t.grad.numpy(), magnitude, dtype, terms)
 
 
+#: Head sizes of the kernels' three ways through a row (rope_kernel.cc): in
+#: vectors by lanes (16 and 32 with 16-lane vectors, 8 with 8; interleave
+#: at every multiple of the vector), by halves (half of D a vector or more,
+#: with elements left over: 66, 130), or a float buffer (the others).
+ROPE_HEAD_SIZES = [6, 8, 16, 32, 66, 130]
+
+
 @needs_torch
-def test_rotary_embedding_without_a_gradient_for_cos_and_sin(rng):
-    """dcos and dsin not needed: the grad without x (CANN leaves them)."""
-    x = jnp.asarray(rng.normal(size=(2, 3, 4, 8)), jnp.float32)
-    cos, sin = (jnp.asarray(rng.normal(size=(1, 3, 1, 8)), jnp.float32) for _ in range(2))
+@pytest.mark.parametrize("mode", ["half", "interleave"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("d", ROPE_HEAD_SIZES)
+def test_rotary_embedding_without_a_gradient_for_cos_and_sin(rng, d, dtype, mode):
+    """dcos and dsin not needed: the grad without x (CANN leaves them), and
+    the forward, at every head size's way through a row."""
+    x = jnp.asarray(rng.normal(size=(2, 3, 4, d)), dtype)
+    angles = rng.uniform(0, 2 * np.pi, size=(1, 3, 1, d))
+    cos, sin = (jnp.asarray(f(angles), dtype) for f in (np.cos, np.sin))
+    cot = rng.normal(size=x.shape)
     aclnn.reset_runtime_stats()
-    gx = jax.jit(jax.grad(lambda x: jnp.sum(nn.rotary_embedding(x, cos, sin) ** 2)))(x)
+    y, vjp = jax.vjp(jax.jit(lambda x: nn.rotary_embedding(x, cos, sin, mode=mode)), x)
+    (gx,) = vjp(jnp.asarray(cot, dtype))
     tx = t64(x)
-    (tx * t64(cos) + torch_rotate(tx, "half") * t64(sin)).pow(2).sum().backward()
-    assert_close(gx, tx.grad.numpy(), "float32")
+    ty = tx * t64(cos) + torch_rotate(tx, mode) * t64(sin)
+    (ty * torch.from_numpy(rounded(cot, dtype))).sum().backward()
+    assert gx.dtype == y.dtype == x.dtype
+    assert_close(y, ty.detach().numpy(), dtype, scale=2)
+    assert_close(gx, tx.grad.numpy(), dtype, scale=2)
     assert executions()["aclnnRotaryPositionEmbeddingGrad"] >= 1
 
 
@@ -134,12 +151,13 @@ def quarter(x):
     return np.concatenate([-b, a, -d, c], axis=-1)
 
 
+@pytest.mark.parametrize("d", [12, 32, 64, 68])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, jnp.bfloat16])
-def test_rope_mode_2_quarter_through_the_abi(rng, dtype):
+def test_rope_mode_2_quarter_through_the_abi(rng, dtype, d):
     """mode 2 (quarter: rotate-half on each half of D), which rotary_embedding does
     not pass, forward and backward (x given: dcos and dsin summed over B and N)."""
-    x = rng.normal(size=(2, 3, 5, 12)).astype(dtype)
-    cos, sin = (rng.normal(size=(1, 3, 1, 12)).astype(dtype) for _ in range(2))
+    x = rng.normal(size=(2, 3, 5, d)).astype(dtype)
+    cos, sin = (rng.normal(size=(1, 3, 1, d)).astype(dtype) for _ in range(2))
     dy = rng.normal(size=x.shape).astype(dtype)
     out, dx = np.zeros_like(x), np.zeros_like(x)
     dcos, dsin = np.zeros_like(cos), np.zeros_like(sin)

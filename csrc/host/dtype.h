@@ -42,7 +42,7 @@ inline const char* DataTypeName(aclDataType t) {
   }
 }
 
-inline int64_t ElementSize(aclDataType t) {
+constexpr int64_t ElementSize(aclDataType t) {
   switch (t) {
     case ACL_FLOAT: case ACL_INT32: case ACL_UINT32: return 4;
     case ACL_FLOAT16: case ACL_BF16: case ACL_INT16: case ACL_UINT16: return 2;

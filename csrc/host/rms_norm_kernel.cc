@@ -1,6 +1,9 @@
 // The RMSNorm kernels: RunRmsNorm (AddRmsNorm's too) and RunRmsNormGrad.
-// Rows are walked a chunk at a time (converted to floats where they are
-// not contiguous float32); sums in float32, as CANN's kernels keep them.
+// Contiguous rows of a type the target converts in registers are read and
+// written a vector at a time (row_kernels.h: 2.5-3.5x faster on rows of
+// 16-64); others are walked a chunk at a time, converted to floats where
+// they are not contiguous float32. Sums in float32, as CANN's kernels keep
+// them.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -12,6 +15,7 @@
 #include "host/parallel.h"
 #include "host/row_kernels.h"
 #include "host/rows.h"
+#include "host/simd.h"
 
 // Compiled once per CPU target (CMakeLists.txt), each copy in its own
 // namespace; dispatch.cc picks one at run time.
@@ -60,6 +64,33 @@ void RmsNormRow(const View& x1, const View* x2, const float* gamma, int lead, in
     for (int64_t j = 0; j < len; ++j) o[j] = x[j] * rs * g[j];
     yr.Store(c, len, o);
   }
+}
+
+// RmsNormRow on contiguous rows of a type in registers (row_kernels.h).
+template <aclDataType D>
+void RmsNormRowIn(const View& x1, const View* x2, const float* gamma, int64_t n, float epsilon,
+                  const View& y, const View* rstd, const View* x_out, int64_t r) {
+  const char* a = RowData<D>(x1, n, r);
+  const char* b = x2 != nullptr ? RowData<D>(*x2, n, r) : nullptr;
+  char* xo = x_out != nullptr ? RowData<D>(*x_out, n, r) : nullptr;
+  const auto x = [&](int64_t j, auto t) {  // x1 + x2, summed in float32
+    using T = decltype(t);
+    const T v = At<D, T>(a, j);
+    return b != nullptr ? v + At<D, T>(b, j) : v;
+  };
+  LaneSum squares;
+  ForLanes(n, [&](int64_t j, auto t) {
+    const auto v = x(j, t);
+    if (xo != nullptr) Put<D>(xo, j, v);
+    squares.Add(v * v);
+  });
+  const float rs = 1.0f / std::sqrt(squares.Total() / static_cast<float>(n) + epsilon);
+  if (rstd != nullptr) static_cast<float*>(rstd->data)[r] = rs;
+  char* out = RowData<D>(y, n, r);
+  ForLanes(n, [&](int64_t j, auto t) {
+    using T = decltype(t);
+    Put<D>(out, j, x(j, t) * rs * At<ACL_FLOAT, T>(gamma, j));
+  });
 }
 
 // RmsNormGrad's row blocks: fixed by the shape, never by the thread count,
@@ -112,6 +143,28 @@ void RmsNormGradRow(const View& dy, const View& x, const View& rstd, const float
   }
 }
 
+// RmsNormGradRow on contiguous rows of a type in registers (row_kernels.h).
+template <aclDataType D>
+void RmsNormGradRowIn(const View& dy, const View& x, const View& rstd, const float* gamma,
+                      int64_t n, const View& dx, int64_t r, float* partial) {
+  const char* d = RowData<D>(dy, n, r);
+  const char* xr = RowData<D>(x, n, r);
+  char* o = RowData<D>(dx, n, r);
+  const float rs = static_cast<const float*>(rstd.data)[r];
+  LaneSum sum;
+  ForLanes(n, [&](int64_t j, auto t) {
+    using T = decltype(t);
+    sum.Add(At<D, T>(d, j) * At<ACL_FLOAT, T>(gamma, j) * At<D, T>(xr, j));
+  });
+  const float m = sum.Total() * rs / static_cast<float>(n);
+  ForLanes(n, [&](int64_t j, auto t) {
+    using T = decltype(t);
+    const T dv = At<D, T>(d, j), xs = At<D, T>(xr, j) * rs;
+    Put<ACL_FLOAT>(partial, j, At<ACL_FLOAT, T>(partial, j) + dv * xs);
+    Put<D>(o, j, (dv * At<ACL_FLOAT, T>(gamma, j) - xs * m) * rs);
+  });
+}
+
 }  // namespace
 
 uint64_t RmsNormWorkspaceSize(const View& x, int lead) {
@@ -124,6 +177,13 @@ void RunRmsNorm(const View& x1, const View* x2, const View& gamma, int lead, flo
   const int64_t rows = DimsProduct(x1, 0, lead), n = DimsProduct(x1, lead, x1.rank);
   if (rows == 0) return;
   const float* g = ContiguousFloats(gamma, n, static_cast<float*>(workspace));
+  if (AllContiguous(x1.dtype, {&x1, x2, &y, x_out}) && (rstd == nullptr || IsContiguous(*rstd)) &&
+      WithRowType(x1.dtype, [&](auto type) {
+        ForEachRow(rows, n, y, stream, [&](int64_t r) {
+          RmsNormRowIn<type.value>(x1, x2, g, n, epsilon, y, rstd, x_out, r);
+        });
+      }))
+    return;
   ForEachRow(rows, n, y, stream, [&](int64_t r) {
     RmsNormRow(x1, x2, g, lead, n, epsilon, y, rstd, x_out, r);
   });
@@ -144,13 +204,23 @@ void RunRmsNormGrad(const View& dy, const View& x, const View& rstd, const View&
   const int64_t blocks = GradBlocks(rows, n);
   float* partials = ws + n;
   const int64_t piece = PieceBytes(dx);
-  ParallelFor(stream, blocks, [&](int64_t b) {
-    float* partial = partials + b * n;
-    std::fill(partial, partial + n, 0.0f);
-    RowsInPieces(dx, n, piece, rows * b / blocks, rows * (b + 1) / blocks, [&](int64_t r) {
+  const auto for_blocks = [&](const auto& row) {  // row(r, partial)
+    ParallelFor(stream, blocks, [&](int64_t b) {
+      float* partial = partials + b * n;
+      std::fill(partial, partial + n, 0.0f);
+      RowsInPieces(dx, n, piece, rows * b / blocks, rows * (b + 1) / blocks,
+                   [&](int64_t r) { row(r, partial); });
+    });
+  };
+  if (!(AllContiguous(x.dtype, {&dy, &x, &dx}) && IsContiguous(rstd) &&
+        WithRowType(x.dtype, [&](auto type) {
+          for_blocks([&](int64_t r, float* partial) {
+            RmsNormGradRowIn<type.value>(dy, x, rstd, g, n, dx, r, partial);
+          });
+        })))
+    for_blocks([&](int64_t r, float* partial) {
       RmsNormGradRow(dy, x, rstd, g, lead, n, dx, r, partial);
     });
-  });
   // dgamma: the blocks' partial sums in block order, a chunk of columns per task.
   const Row dg = RowOf(dgamma, 0, 0);
   const int64_t chunks = (n + kChunk - 1) / kChunk;

@@ -1,6 +1,7 @@
 // The rotary position embedding kernels: RunRope and RunRopeGrad
-// (kernels.h), a (b, s, n) row of D elements at a time, in floats
-// (row_kernels.h). dcos and dsin are summed over cos's broadcast
+// (kernels.h), a (b, s, n) row of D elements at a time: in vectors where
+// the type and D allow (RopeRowIn), else in float buffers (row_kernels.h);
+// the gradient with dcos and dsin always the latter. dcos and dsin are summed over cos's broadcast
 // dimensions in float32, in blocks fixed by the shape (never by the thread
 // count), so that their bits are the same everywhere.
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "host/memory.h"
 #include "host/parallel.h"
 #include "host/row_kernels.h"
+#include "host/simd.h"
 
 // Compiled once per CPU target (CMakeLists.txt), each copy in its own
 // namespace; dispatch.cc picks one at run time.
@@ -39,6 +41,67 @@ void Rotate(const float* v, int64_t d, int mode, float* r) {
   }
 }
 
+// --- Rows in registers (row_kernels.h) -------------------------------------
+// rotate() pairs element lo of each block with hi = lo + h (h: half the
+// block: D for "half", D / 2 for "quarter", 2 for "interleave"):
+// rotate(v)[lo] = -v[hi], rotate(v)[hi] = v[lo]. Two ways to keep a row in
+// vectors:
+// * by lanes, where each vector of the row holds whole blocks (D a multiple
+//   of the vector, the block dividing it: "interleave" at any such D, "half"
+//   at D = kLanes): rotate(v) = sign * Permute(v, from) per vector;
+// * by halves, where a half-block spans a vector or more ("half" and
+//   "quarter" with h >= kLanes): lo and hi read as two vectors h apart.
+struct LaneRotation {
+  VecI from;
+  Vec sign;
+};
+
+int64_t RotationBlock(int64_t d, int mode) { return mode == 1 ? 2 : mode == 0 ? d : d / 2; }
+
+bool ByLanes(int64_t d, int mode, LaneRotation* lr) {
+  const int64_t block = RotationBlock(d, mode), h = block / 2;
+  if (d % kLanes != 0 || kLanes % block != 0) return false;
+  for (int k = 0; k < kLanes; ++k) {
+    const int64_t j = k % block;
+    lr->from[k] = static_cast<int32_t>(k - j + (j + h) % block);
+    lr->sign[k] = j < h ? -1.0f : 1.0f;
+  }
+  return true;
+}
+
+bool ByHalves(int64_t d, int mode) { return mode != 1 && RotationBlock(d, mode) / 2 >= kLanes; }
+
+// A row of out = v * c + rotate(v) * s (kGrad false: the forward, v = x), or
+// of dx = v * c - rotate(v * s) (kGrad true: v = dy; rotate's transpose is
+// -rotate), all of type D; lr: ByLanes's rotation, or null to go ByHalves.
+// Each pair (lo, hi) is read before it is written.
+template <aclDataType D, bool kGrad>
+void RopeRowIn(const char* v, const char* c, const char* s, int64_t d, int mode,
+               const LaneRotation* lr, char* out) {
+  if (lr != nullptr) {
+    for (int64_t j = 0; j < d; j += kLanes) {
+      const Vec a = At<D, Vec>(v, j), cj = At<D, Vec>(c, j), sj = At<D, Vec>(s, j);
+      Put<D>(out, j, kGrad ? a * cj - lr->sign * Permute(a * sj, lr->from)
+                           : a * cj + lr->sign * Permute(a, lr->from) * sj);
+    }
+    return;
+  }
+  const int64_t block = RotationBlock(d, mode), h = block / 2;
+  for (int64_t b0 = 0; b0 < d; b0 += block)
+    ForLanes(h, [&](int64_t j, auto t) {
+      using T = decltype(t);
+      const int64_t lo = b0 + j, hi = lo + h;
+      const T a = At<D, T>(v, lo), b = At<D, T>(v, hi);
+      if constexpr (kGrad) {
+        Put<D>(out, lo, a * At<D, T>(c, lo) + b * At<D, T>(s, hi));
+        Put<D>(out, hi, b * At<D, T>(c, hi) - a * At<D, T>(s, lo));
+      } else {
+        Put<D>(out, lo, a * At<D, T>(c, lo) - b * At<D, T>(s, lo));
+        Put<D>(out, hi, b * At<D, T>(c, hi) + a * At<D, T>(s, hi));
+      }
+    });
+}
+
 // x's (B, S, N) rows and cos's: the rows of cos are x's with its broadcast
 // dimensions dropped (cos is contiguous: its row index is row-major over
 // the others).
@@ -56,14 +119,20 @@ struct RopeRows {
       (broadcast[k] ? per_cos_row : cos_rows) *= dims[k];
     }
   }
-  // The cos row of x's row r.
-  int64_t CosRow(int64_t r) const {
+  // body(r, the cos row of r) for x's rows [p, q): the row's (b, s, n)
+  // counted along, not divided out of r for every row (three divisions a
+  // row were most of the time on rows of 16).
+  template <typename Body>
+  void Walk(int64_t p, int64_t q, const Body& body) const {
     int64_t idx[3];
-    for (int k = 2; k >= 0; --k) {
+    for (int64_t k = 2, r = p; k >= 0; --k) {
       idx[k] = r % dims[k];
       r /= dims[k];
     }
-    return Combine(idx, false);
+    for (int64_t r = p; r < q; ++r) {
+      body(r, Combine(idx, false));
+      for (int k = 2; k >= 0 && ++idx[k] == dims[k]; --k) idx[k] = 0;
+    }
   }
   // The x row of the k-th of cos row c's x rows.
   int64_t XRow(int64_t c, int64_t k) const {
@@ -86,6 +155,27 @@ struct RopeRows {
 
 // Row r of a contiguous view of rows of d elements.
 Row ContiguousRow(const View& v, int64_t d, int64_t r) { return {&v, r * d, 1}; }
+
+// out = v * c + rotate(v) * s (or the gradient's dx, kGrad) over every row
+// in registers where the type and D allow (true), else false.
+template <bool kGrad>
+bool RopeRowsIn(const RopeRows& rr, const View& v, const View& cos, const View& sin, int mode,
+                const View& out, const JaxAclnnHostStream* stream) {
+  const int64_t d = rr.d;
+  LaneRotation rotation;
+  const LaneRotation* lr = ByLanes(d, mode, &rotation) ? &rotation : nullptr;
+  if (lr == nullptr && !ByHalves(d, mode)) return false;
+  if (!AllContiguous(v.dtype, {&v, &cos, &sin, &out})) return false;
+  return WithRowType(v.dtype, [&](auto type) {
+    constexpr aclDataType D = decltype(type)::value;
+    ForEachPieceOfRows(rr.rows, d, out, stream, [&](int64_t p, int64_t q) {
+      rr.Walk(p, q, [&](int64_t r, int64_t cr) {
+        RopeRowIn<D, kGrad>(RowData<D>(v, d, r), RowData<D>(cos, d, cr),
+                            RowData<D>(sin, d, cr), d, mode, lr, RowData<D>(out, d, r));
+      });
+    });
+  });
+}
 
 // dcos/dsin's blocks of x rows per cos row, and their float32 partial sums
 // in the workspace (at most kPartialBytes): only as many as make about
@@ -120,10 +210,11 @@ void DxRow(const float* dy, const float* c, const float* s, int64_t d, int mode,
 void RunRope(const View& x, const View& cos, const View& sin, int mode, const View& out,
              const JaxAclnnHostStream* stream) {
   const RopeRows rr(x, cos);
+  if (RopeRowsIn<false>(rr, x, cos, sin, mode, out, stream)) return;
   const int64_t d = rr.d;
-  ForEachRow(rr.rows, d, out, stream, [&](int64_t r) {
+  ForEachPieceOfRows(rr.rows, d, out, stream, [&](int64_t p, int64_t q) {
+    rr.Walk(p, q, [&](int64_t r, int64_t cr) {
     alignas(64) float xb[kChunk], cb[kChunk], sb[kChunk], rot[kChunk], ob[kChunk];
-    const int64_t cr = rr.CosRow(r);
     const float* xp = ContiguousRow(x, d, r).Load(0, d, xb);
     const float* c = ContiguousRow(cos, d, cr).Load(0, d, cb);
     const float* s = ContiguousRow(sin, d, cr).Load(0, d, sb);
@@ -133,6 +224,7 @@ void RunRope(const View& x, const View& cos, const View& sin, int mode, const Vi
 #pragma omp simd
     for (int64_t j = 0; j < d; ++j) op[j] = xp[j] * c[j] + rot[j] * s[j];
     o.Store(0, d, op);
+    });
   });
 }
 
@@ -148,14 +240,16 @@ void RunRopeGrad(const View& dy, const View& cos, const View& sin, const View* x
   const RopeRows rr(dy, cos);
   const int64_t d = rr.d;
   if (x == nullptr) {  // dx alone, in row order
-    ForEachRow(rr.rows, d, dx, stream, [&](int64_t r) {
+    if (RopeRowsIn<true>(rr, dy, cos, sin, mode, dx, stream)) return;
+    ForEachPieceOfRows(rr.rows, d, dx, stream, [&](int64_t p, int64_t q) {
+      rr.Walk(p, q, [&](int64_t r, int64_t cr) {
       alignas(64) float gb[kChunk], cb[kChunk], sb[kChunk], ob[kChunk];
-      const int64_t cr = rr.CosRow(r);
       const Row o = ContiguousRow(dx, d, r);
       float* op = o.Out(0, ob);
       DxRow(ContiguousRow(dy, d, r).Load(0, d, gb), ContiguousRow(cos, d, cr).Load(0, d, cb),
             ContiguousRow(sin, d, cr).Load(0, d, sb), d, mode, op);
       o.Store(0, d, op);
+      });
     });
     return;
   }

@@ -251,6 +251,21 @@ inline Vec Sqrt(Vec x) {
 inline float Larger(float a, float b) { return a < b ? b : a; }
 inline Vec Larger(Vec a, Vec b) { return a < b ? b : a; }
 
+// Lane k of the result is v's lane idx[k] (each in [0, kLanes)).
+inline Vec Permute(Vec v, VecI idx) {
+#if defined(__AVX512F__)
+  return reinterpret_cast<Vec>(_mm512_maskz_permutexvar_ps(
+      kAllLanes, reinterpret_cast<__m512i>(idx), reinterpret_cast<__m512>(v)));
+#elif defined(__AVX2__)  // the 8-lane Vec
+  return reinterpret_cast<Vec>(
+      _mm256_permutevar8x32_ps(reinterpret_cast<__m256>(v), reinterpret_cast<__m256i>(idx)));
+#else
+  Vec r;
+  for (int k = 0; k < kLanes; ++k) r[k] = v[idx[k]];
+  return r;
+#endif
+}
+
 // 2^n for an integer-valued n in [-126, 128] (128 gives inf), built from
 // its exponent bits.
 inline float Pow2(float n) {
