@@ -226,8 +226,11 @@ BEYOND_X86_64 = re.compile(
     r"|pcmp[eg][qt]q|pcmp[ei]str[im]|movntdqa|crc32|popcnt|lzcnt|tzcnt|andn|bextr|bls(i|msk|r)"
     r"|bzhi|pdep|pext|rorx|sarx|shlx|shrx|mulx|movbe|lddqu|h(add|sub)p[sd]|mov[sd]dup|movshdup"
     r"|movsldup|addsubp[sd])[ \t]")
-#: The dispatched kernels' namespaces, and Eigen's in each (CMakeLists.txt).
-DISPATCHED = ("::x86_64_v3::", "::x86_64_v4::", "Eigen_x86_64_v3::", "Eigen_x86_64_v4::")
+#: The dispatched kernels' namespaces, and Eigen's in each (CMakeLists.txt),
+#: demangled and mangled (binutils' demangler gives up on some templates'
+#: names, those of generic lambdas among them, and prints them mangled).
+DISPATCHED = ("::x86_64_v3::", "::x86_64_v4::", "Eigen_x86_64_v3::", "Eigen_x86_64_v4::",
+              "9x86_64_v3", "9x86_64_v4", "15Eigen_x86_64_v3", "15Eigen_x86_64_v4")
 
 
 def disassembly():
