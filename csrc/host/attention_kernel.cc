@@ -231,13 +231,15 @@ struct Problem {
   // `running` (the forward's online softmax) *max is first raised to these
   // scores' max; else it is the forward's. Returns the weights' sum, or -1
   // where the row sees no key among these (its weights all 0, *max
-  // unchanged).
+  // unchanged; with `running`, also where every key seen is masked).
   float Weights(int64_t bi, int64_t h, int64_t i, int64_t j0, int64_t cols, float* row,
                 float* buf, float* max, bool running) const {
     int64_t first, end;
     Scores(bi, h, i, j0, cols, row, buf, &first, &end);
     const int64_t vectors = Padded(cols) / kLanes;
-    const float block_max = MaxOf(row, first, end);
+    // (the backward needs no max of its own: where every key seen here is
+    // masked, its weights are exp(-inf) = 0 all the same)
+    const float block_max = running ? MaxOf(row, first, end) : first < end ? 0.0f : -kInf;
     if (block_max == -kInf) {
       ZeroVectors(row, 0, vectors);
       return -1.0f;
@@ -303,10 +305,9 @@ void RunFlashAttention(const View& q, const View& k, const View& v, const View* 
       ArrayMap(acc.data() + r * pr.dv, pr.dv) *= computed ? 1.0f / row_sum[r] : 0.0f;
       float* m = Stat(max_out, b, h, i0 + r);
       float* l = Stat(sum_out, b, h, i0 + r);
-      for (int e = 0; e < 8; ++e) {
-        m[e * max_out.strides[3]] = computed ? row_max[r] : -FLT_MAX;
-        l[e * sum_out.strides[3]] = computed ? row_sum[r] : 0.0f;
-      }
+      const float mr = computed ? row_max[r] : -FLT_MAX, lr = computed ? row_sum[r] : 0.0f;
+      for (int e = 0; e < 8; ++e) m[e * max_out.strides[3]] = mr;
+      for (int e = 0; e < 8; ++e) l[e * sum_out.strides[3]] = lr;
     }
     StoreRows(out, b, h, i0, rows, acc.data());
   });
@@ -330,6 +331,7 @@ void RunFlashAttentionGrad(const View& q, const View& k, const View& v, const Vi
       const FloatMatrix g = Rows(dy, b, h, i0, rows, &dybuf);
       for (int64_t r = 0; r < rows; ++r) {
         float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
         for (int64_t e = 0; e < pr.dv; ++e)
           sum += y.data[r * y.row_stride + e] * g.data[r * g.row_stride + e];
         di[static_cast<size_t>(bh * pr.t + i0 + r)] = sum;
