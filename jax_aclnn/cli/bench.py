@@ -233,7 +233,8 @@ def print_step_table(rows: list[dict[str, Any]]) -> None:
 
 def print_llm_table(rows: list[dict[str, Any]]) -> None:
     print_table(
-        "train-lm's step (jit: the loss's value and gradients, then AdamW) through jax_aclnn.nn and "
+        "train-lm's step (jit, parameters and optimizer state donated and carried: the loss's value "
+        "and gradients, then AdamW) through jax_aclnn.nn and "
         "jax_aclnn.optax vs jax.numpy/jax.nn/optax and vs their references (medians; ratios > 1: "
         "aclnn faster)",
         ["model", "dtype", "batch x seq", "aclnn step", "vs jnp", "vs reference", "aclnn compile",
