@@ -30,6 +30,7 @@
 #include "host/kernels.h"
 #include "host/parallel.h"
 #include "host/pointwise_kernel.h"
+#include "host/row_kernels.h"
 
 // Compiled once per CPU target (CMakeLists.txt), each copy in its own
 // namespace; dispatch.cc picks one at run time.
@@ -77,10 +78,18 @@ FloatMatrix Rows(const View& t, int64_t b, int64_t h, int64_t r0, int64_t rows,
   if (t.dtype == ACL_FLOAT && t.strides[3] == 1)
     return {reinterpret_cast<const float*>(Address(t, first)), rows, d, t.strides[1], 1};
   buf->resize(static_cast<size_t>(rows * d));
-  for (int64_t r = 0; r < rows; ++r)
-    LoadAsFloat(t.dtype, Address(t, first + r * t.strides[1]), t.strides[3], d,
-                buf->data() + r * d);
-  return {buf->data(), rows, d, d, 1};
+  float* to = buf->data();
+  const auto in_registers = [&](auto type) {  // a vector at a time (row_kernels.h)
+    constexpr aclDataType D = decltype(type)::value;
+    for (int64_t r = 0; r < rows; ++r) {
+      const char* row = Address(t, first + r * t.strides[1]);
+      ForLanes(d, [&](int64_t j, auto x) { Put<ACL_FLOAT>(to + r * d, j, At<D, decltype(x)>(row, j)); });
+    }
+  };
+  if (!(t.strides[3] == 1 && WithRowType(t.dtype, in_registers)))
+    for (int64_t r = 0; r < rows; ++r)
+      LoadAsFloat(t.dtype, Address(t, first + r * t.strides[1]), t.strides[3], d, to + r * d);
+  return {to, rows, d, d, 1};
 }
 
 // Writes rows x d floats (row-major) to rows [r0, r0 + rows) of head h in
@@ -88,8 +97,16 @@ FloatMatrix Rows(const View& t, int64_t b, int64_t h, int64_t r0, int64_t rows,
 void StoreRows(const View& t, int64_t b, int64_t h, int64_t r0, int64_t rows, const float* src) {
   const int64_t d = t.dims[3];
   const int64_t first = b * t.strides[0] + r0 * t.strides[1] + h * t.strides[2];
-  for (int64_t r = 0; r < rows; ++r)
-    StoreFromFloat(t.dtype, src + r * d, d, Address(t, first + r * t.strides[1]), t.strides[3]);
+  const auto in_registers = [&](auto type) {  // a vector at a time (row_kernels.h)
+    constexpr aclDataType D = decltype(type)::value;
+    for (int64_t r = 0; r < rows; ++r) {
+      char* row = Address(t, first + r * t.strides[1]);
+      ForLanes(d, [&](int64_t j, auto x) { Put<D>(row, j, At<ACL_FLOAT, decltype(x)>(src + r * d, j)); });
+    }
+  };
+  if (!(t.strides[3] == 1 && WithRowType(t.dtype, in_registers)))
+    for (int64_t r = 0; r < rows; ++r)
+      StoreFromFloat(t.dtype, src + r * d, d, Address(t, first + r * t.strides[1]), t.strides[3]);
 }
 
 // Over `vectors` whole vectors of a row of scores, in place: exp(score -
