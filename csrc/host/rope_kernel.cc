@@ -1,9 +1,9 @@
 // The rotary position embedding kernels: RunRope and RunRopeGrad
 // (kernels.h), a (b, s, n) row of D elements at a time: in vectors where
-// the type and D allow (RopeRowIn), else in float buffers (row_kernels.h);
-// the gradient with dcos and dsin always the latter. dcos and dsin are summed over cos's broadcast
-// dimensions in float32, in blocks fixed by the shape (never by the thread
-// count), so that their bits are the same everywhere.
+// the type and D allow (RopeRowIn), else in float buffers (row_kernels.h;
+// the gradient with dcos and dsin always). dcos and dsin are summed over
+// cos's broadcast dimensions in float32, in blocks fixed by the shape
+// (never by the thread count), so that their bits are the same everywhere.
 #include <algorithm>
 #include <cstdint>
 
@@ -42,8 +42,8 @@ void Rotate(const float* v, int64_t d, int mode, float* r) {
 }
 
 // --- Rows in registers (row_kernels.h) -------------------------------------
-// rotate() pairs element lo of each block with hi = lo + h (h: half the
-// block: D for "half", D / 2 for "quarter", 2 for "interleave"):
+// rotate() pairs element lo of each block (D long for "half", D / 2 for
+// "quarter", 2 for "interleave") with hi = lo + h, h half the block:
 // rotate(v)[lo] = -v[hi], rotate(v)[hi] = v[lo]. Two ways to keep a row in
 // vectors:
 // * by lanes, where each vector of the row holds whole blocks (D a multiple
@@ -120,8 +120,8 @@ struct RopeRows {
     }
   }
   // body(r, the cos row of r) for x's rows [p, q): the row's (b, s, n)
-  // counted along, not divided out of r for every row (three divisions a
-  // row were most of the time on rows of 16).
+  // counted along, not divided out of r for every row (in registers, three
+  // divisions a row took a third of the time on rows of 16).
   template <typename Body>
   void Walk(int64_t p, int64_t q, const Body& body) const {
     int64_t idx[3];
