@@ -83,7 +83,9 @@ FloatMatrix Rows(const View& t, int64_t b, int64_t h, int64_t r0, int64_t rows,
     constexpr aclDataType D = decltype(type)::value;
     for (int64_t r = 0; r < rows; ++r) {
       const char* row = Address(t, first + r * t.strides[1]);
-      ForLanes(d, [&](int64_t j, auto x) { Put<ACL_FLOAT>(to + r * d, j, At<D, decltype(x)>(row, j)); });
+      ForLanes(d, [&](int64_t j, auto x) {
+        Put<ACL_FLOAT>(to + r * d, j, At<D, decltype(x)>(row, j));
+      });
     }
   };
   if (!(t.strides[3] == 1 && WithRowType(t.dtype, in_registers)))
@@ -101,7 +103,9 @@ void StoreRows(const View& t, int64_t b, int64_t h, int64_t r0, int64_t rows, co
     constexpr aclDataType D = decltype(type)::value;
     for (int64_t r = 0; r < rows; ++r) {
       char* row = Address(t, first + r * t.strides[1]);
-      ForLanes(d, [&](int64_t j, auto x) { Put<D>(row, j, At<ACL_FLOAT, decltype(x)>(src + r * d, j)); });
+      ForLanes(d, [&](int64_t j, auto x) {
+        Put<D>(row, j, At<ACL_FLOAT, decltype(x)>(src + r * d, j));
+      });
     }
   };
   if (!(t.strides[3] == 1 && WithRowType(t.dtype, in_registers)))
@@ -140,7 +144,8 @@ float MaxOf(const float* row, int64_t first, int64_t end) {
   for (int64_t v = first / kLanes; v * kLanes < end; ++v) {
     const VecI j = lane + static_cast<int32_t>(v * kLanes);
     const Vec x = LoadFloats<ACL_FLOAT, Vec>(reinterpret_cast<const char*>(row + v * kLanes));
-    m = j >= static_cast<int32_t>(first) && j < static_cast<int32_t>(end) && (m < x || x != x) ? x : m;
+    const auto seen = j >= static_cast<int32_t>(first) && j < static_cast<int32_t>(end);
+    m = seen && (m < x || x != x) ? x : m;
   }
   float r = -kInf;
   for (int k = 0; k < kLanes; ++k) r = r < m[k] || m[k] != m[k] ? m[k] : r;
@@ -149,7 +154,8 @@ float MaxOf(const float* row, int64_t first, int64_t end) {
 
 // Zeros over whole vectors [v0, v1) of a row.
 void ZeroVectors(float* row, int64_t v0, int64_t v1) {
-  for (int64_t v = v0; v < v1; ++v) StoreFloats<ACL_FLOAT>(reinterpret_cast<char*>(row + v * kLanes), Vec{});
+  for (int64_t v = v0; v < v1; ++v)
+    StoreFloats<ACL_FLOAT>(reinterpret_cast<char*>(row + v * kLanes), Vec{});
 }
 
 // The row stride of a block of `cols` scores: whole vectors.
