@@ -44,15 +44,10 @@ SHAPES = [("train-lm's default", train_lm.Config(64, 2, 4, 2, 128, 64), 16),
           ("wider", train_lm.Config(256, 4, 8, 4, 512, 128), 16)]
 
 
-#: train-lm's optimizer: AdamW under a cosine schedule of the step count.
-LEARNING_RATE, SCHEDULE_STEPS, WEIGHT_DECAY = 3e-3, 1000, 0.01
-
-
 def optimizer(mode: str) -> optax.GradientTransformation:
-    """``mode``'s AdamW: :func:`jax_aclnn.optax.adamw`, or optax's for ``jnp``."""
-    adamw = optax.adamw if mode == "jnp" else aclnn_optax.adamw
-    return adamw(optax.cosine_decay_schedule(LEARNING_RATE, SCHEDULE_STEPS),
-                 weight_decay=WEIGHT_DECAY)
+    """train-lm's optimizer through ``mode``'s AdamW: :func:`jax_aclnn.optax.adamw`,
+    or optax's for ``jnp``."""
+    return train_lm.optimizer(adamw=optax.adamw if mode == "jnp" else aclnn_optax.adamw)
 
 
 def compile_step(mode: str, cfg: train_lm.Config, args: Any) -> Callable[..., Any]:

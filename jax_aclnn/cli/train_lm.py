@@ -38,7 +38,7 @@ import math
 import os
 import sysconfig
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -296,6 +296,21 @@ def loss_fn(params: dict[str, Any], windows: jax.Array, cfg: Config, ops: Any = 
     return losses(params, windows, cfg, ops, expert_mesh)[0]
 
 
+#: train-lm's defaults: AdamW's peak learning rate, the training steps
+#: (the cosine schedule's length) and the weight decay.
+LEARNING_RATE, STEPS, WEIGHT_DECAY = 3e-3, 600, 0.01
+
+
+def optimizer(lr: float = LEARNING_RATE, steps: int = STEPS,
+              adamw: Callable[..., optax.GradientTransformation] = aclnn_optax.adamw,
+              ) -> optax.GradientTransformation:
+    """train-lm's optimizer: ``adamw`` (:func:`jax_aclnn.optax.adamw`, or
+    :func:`optax.adamw`, which takes the same arguments) at peak learning
+    rate ``lr``, decayed over ``steps`` steps by a cosine schedule of the
+    step count, weight decay :data:`WEIGHT_DECAY`."""
+    return adamw(optax.cosine_decay_schedule(lr, steps), weight_decay=WEIGHT_DECAY)
+
+
 def unigram_baseline(train: np.ndarray, val: np.ndarray) -> float:
     """Cross entropy (nats) of the validation bytes under the training
     bytes' frequencies (add-one smoothed): what a model without context gets."""
@@ -444,7 +459,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     print(f"  unigram baseline (no context): {baseline:.3f} nats/byte")
 
     params = init(cfg, jax.random.key(args.seed))
-    tx = aclnn_optax.adamw(optax.cosine_decay_schedule(args.lr, args.steps), weight_decay=0.01)
+    tx = optimizer(args.lr, args.steps)
     opt_state = tx.init(params)
     state = (params, opt_state)
     params, opt_state = jax.device_put(state, jax.tree.map(
@@ -526,7 +541,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", metavar="FILE_OR_DIR", help=f"train on this text file, or the files below this directory; only the first {MAX_TEXT >> 20} MiB of text is read (default: the Python standard library's sources)")
-    p.add_argument("--steps", type=integer(1, MAX_STEPS), default=600, help="training steps (default: %(default)s)")
+    p.add_argument("--steps", type=integer(1, MAX_STEPS), default=STEPS, help="training steps (default: %(default)s)")
     p.add_argument("--batch-size", type=integer(1), default=16, help="windows per step, split over --devices (default: %(default)s)")
     p.add_argument("--seq", type=integer(8, 2048), default=64, help="context length in bytes (default: %(default)s)")
     p.add_argument("--dim", type=integer(8), default=64, help="model width (default: %(default)s)")
@@ -540,7 +555,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shared-expert", action="store_true", help="keep the dense SwiGLU MLP beside the experts, as a shared expert every token goes through")
     p.add_argument("--load-balancing-coef", type=positive_float, default=0.01, help="weight of Switch's load-balancing loss in the training objective, with --experts (default: %(default)s, Switch Transformer's)")
     p.add_argument("--expert-parallel", action="store_true", help="split the experts over the --devices (each device computes its own experts; tokens exchanged with all_to_all)")
-    p.add_argument("--lr", type=positive_float, default=3e-3, help="AdamW peak learning rate, cosine decay (default: %(default)s)")
+    p.add_argument("--lr", type=positive_float, default=LEARNING_RATE, help="AdamW peak learning rate, cosine decay (default: %(default)s)")
     p.add_argument("--devices", type=integer(1, MAX_DEVICES), default=1, help="data-parallel devices (on the CPU: host devices) (default: %(default)s)")
     p.add_argument("--eval-windows", type=integer(1), default=256, help="held-out windows, evaluated by one vmapped call (default: %(default)s)")
     p.add_argument("--seed", type=integer(0, MAX_SEED), default=0, help="random seed (default: %(default)s)")
