@@ -157,7 +157,9 @@ def test_add_rms_norm_equals_torch(rng, dtype, weight_dtype, shape):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape,axis", [((74,), -1), ((4, 6, 10), -1), ((4, 6, 10), 1),
                                         ((6, 5), 0), ((2, 1, 3, 2 * 37), -1),
-                                        ((3, 2 * 1500), -1), ((1, 2), -1)])
+                                        ((3, 2 * 1500), -1), ((1, 2), -1),
+                                        # several tasks, split inside a half's runs
+                                        ((7, 2 * 3001), -1), ((5, 2 * 1001, 3), 1)])
 def test_swiglu_equals_torch(rng, dtype, shape, axis):
     x = jnp.asarray(3 * rng.normal(size=shape), dtype)
     tx = t64(x)

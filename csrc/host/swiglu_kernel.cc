@@ -47,15 +47,20 @@ struct SwiGluGradFormula {
 // Calls body(o, j, len) over the elements [0, outer * run) of the halved
 // tensor (block o, element j of its run), split into tasks. An output new
 // to the process gets huge pages (memory.h; not prefaulted: its runs are
-// not in the order the tasks take them for the gradient).
+// not in the order the tasks take them for the gradient). Tasks of a
+// quarter of kGrain: an element costs an exponential and a division, four
+// times a copy's time, and a helper thread that wakes late still finds
+// work (x86-64-v3, 64K float32 outputs in bursts: 52 -> 30 us, 1.07x ->
+// 1.51x XLA's code).
 template <typename Body>
 void ForRuns(int64_t outer, int64_t run, const View& out, const JaxAclnnHostStream* stream,
              const Body& body) {
   const int64_t total = outer * run;
   if (total == 0) return;
   PrepareOutput(out.data, out.NumElements() * ElementSize(out.dtype));
+  constexpr int64_t grain = kGrain / 4;
   const int64_t tasks =
-      std::min<int64_t>((total + kGrain - 1) / kGrain, 4 * NumThreads(stream));
+      std::min<int64_t>((total + grain - 1) / grain, 4 * NumThreads(stream));
   ParallelFor(stream, tasks, [&](int64_t t) {
     const int64_t end = total * (t + 1) / tasks;
     for (int64_t begin = total * t / tasks; begin < end;) {
