@@ -67,14 +67,21 @@ bool IsRowMajor(const View& v) {
 }
 
 // The formula on n elements: out[i] = f(in[0][i], in[1][i], ...), in
-// float32, vectorised by the compiler.
+// float32, a vector at a time (simd.h's Vec, as HalfLoop): the formula's
+// vector form clamps with the target's min and max instructions, where the
+// compiler's vectorisation of its scalar form compared and blended (SwishBackward
+// at 1M float32 elements on one x86-64-v3 thread: 900 -> 650 us).
 template <typename F, size_t... k>
 void FloatLoop(const F& f, const float* const* in, int64_t n, float* out,
                std::index_sequence<k...>) {
   const F func = f;  // a local: reading the attributes through `f` blocks vectorisation
   const float* const ptrs[] = {in[k]...};
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) out[i] = func(ptrs[k][i]...);
+  const auto at = [](const float* p) { return reinterpret_cast<const char*>(p); };
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    StoreFloats<ACL_FLOAT>(reinterpret_cast<char*>(out + i),
+                           func(LoadFloats<ACL_FLOAT, Vec>(at(ptrs[k] + i))...));
+  for (; i < n; ++i) out[i] = func(ptrs[k][i]...);
 }
 
 // The same on contiguous float16 or bfloat16 (D) inputs and output, a
