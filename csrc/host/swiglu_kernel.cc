@@ -16,29 +16,33 @@
 namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET {
 namespace {
 
-// sigmoid(a) (ExpF clamps: 0 far below, 1 far above).
-template <typename T>
+// sigmoid(a) (the exponentials clamp: 0 far below, 1 far above), with
+// ExpForHalf where the result is stored in float16 or bfloat16 (kHalf).
+template <bool kHalf, typename T>
 inline T Sigmoid(T a) {
+  if constexpr (kHalf) return 1.0f / (1.0f + ExpForHalf(-a));
   return 1.0f / (1.0f + ExpF(-a));
 }
 
 // out = swish(A) * B = A * sigmoid(A) * B (aclnnSwiGlu.md).
+template <bool kHalf>
 struct SwiGluFormula {
   static constexpr int kInputs = 2, kOutputs = 1;  // A, B -> out
   template <typename T>
   void operator()(const T* in, T* out) const {
     const T a = in[0];
-    out[0] = a * Sigmoid(a) * in[1];
+    out[0] = a * Sigmoid<kHalf>(a) * in[1];
   }
 };
 
 // dA = g * (s + s * (1 - s) * A) * B, dB = g * s * A with s = sigmoid(A)
 // (aclnnSwiGluGrad.md).
+template <bool kHalf>
 struct SwiGluGradFormula {
   static constexpr int kInputs = 3, kOutputs = 2;  // g, A, B -> dA, dB
   template <typename T>
   void operator()(const T* in, T* out) const {
-    const T g = in[0], a = in[1], s = Sigmoid(a);
+    const T g = in[0], a = in[1], s = Sigmoid<kHalf>(a);
     out[0] = g * (s + s * (1.0f - s) * a) * in[2];
     out[1] = g * s * a;
   }
@@ -72,6 +76,13 @@ void ForRuns(int64_t outer, int64_t run, const View& out, const JaxAclnnHostStre
   });
 }
 
+// MapRuns of Formula<kHalf> with kHalf = whether type t is half precision.
+template <template <bool> class Formula>
+void MapByStorage(aclDataType t, const char* const* in, char* const* out, int64_t n) {
+  if (t == ACL_FLOAT) return MapRuns(Formula<false>{}, t, in, out, n);
+  MapRuns(Formula<true>{}, t, in, out, n);
+}
+
 }  // namespace
 
 void RunSwiGlu(const View& x, int64_t outer, int64_t run, const View& out,
@@ -83,7 +94,7 @@ void RunSwiGlu(const View& x, int64_t outer, int64_t run, const View& out,
     const char* a = xp + (o * 2 * run + j) * size;
     const char* in[] = {a, a + run * size};
     char* res[] = {yp + (o * run + j) * size};
-    MapRuns(SwiGluFormula{}, x.dtype, in, res, len);
+    MapByStorage<SwiGluFormula>(x.dtype, in, res, len);
   });
 }
 
@@ -97,7 +108,7 @@ void RunSwiGluGrad(const View& dy, const View& x, int64_t outer, int64_t run, co
     const int64_t ia = (o * 2 * run + j) * size;
     const char* in[] = {gp + (o * run + j) * size, xp + ia, xp + ia + run * size};
     char* res[] = {dp + ia, dp + ia + run * size};
-    MapRuns(SwiGluGradFormula{}, x.dtype, in, res, len);
+    MapByStorage<SwiGluGradFormula>(x.dtype, in, res, len);
   });
 }
 
