@@ -41,10 +41,13 @@ inline T ReduceExpArgument(T x, T& n) {
 
 // exp(x) in float, vectorisable (Cephes polynomial, about 1 ulp; the build
 // passes -fno-trapping-math so that the loops around it if-convert). The
-// polynomial is in Estrin's form: three independent FMAs, then two, a
-// dependency chain about 10 cycles shorter than Horner's, which is what an
-// element-wise loop of exponentials waits on (x86-64-v3, SwiGLU at 1M
-// elements in bursts: float32 169 -> 160 us, bfloat16 299 -> 270 us).
+// polynomial is in Estrin's form: from r, a chain of r^2, r^4, two FMAs
+// and an add (the three first-degree FMAs beside it) where Horner's was
+// eight operations long, and that chain is what an element-wise loop of
+// exponentials waits on (x86-64-v3, SwiGLU at 1M elements in bursts:
+// float32 169 -> 160 us, bfloat16 299 -> 270 us). The last two adds stay
+// apart, 1 added last, as in Cephes: (r + 1) rounded first made 28% of
+// the results differ, up to 1.26 ulp.
 template <typename T>
 inline T ExpF(T x) {
   T n;
@@ -54,17 +57,19 @@ inline T ExpF(T x) {
   const T b = 8.3334519073e-3f * r + 4.1665795894e-2f;
   const T c = 1.6666665459e-1f * r + 5.0000001201e-1f;
   const T p = a * r4 + (b * r2 + c);
-  return (p * r2 + (r + 1.0f)) * Pow2(n);
+  return (p * r2 + r + 1.0f) * Pow2(n);
 }
 
 // exp(x) as ExpF, to 5.4e-6 relative error, for results stored in float16
 // or bfloat16: a degree-4 minimax polynomial on ExpF's reduced range (fitted
 // to exp(r) = 1 + r + r^2 q(r), q of degree 2). Its error is a 45th of
-// float16's half ulp (2.4e-4) and a 700th of bfloat16's: SwiGLU's outputs
-// are still float64's correctly rounded value but for 0.17% of them in
-// float16 and 0.02% in bfloat16 (ExpF: 0.008% and 0.001%), those one ulp
-// off. It is two FMAs shorter (x86-64-v3, bfloat16 SwiGLU in bursts: 1M
-// elements 1.3x faster, 16M 0.96-1.12x -> 1.41x XLA's code).
+// float16's half ulp (2.4e-4) and a 360th of bfloat16's (2.0e-3): SwiGLU's
+// outputs are still float64's correctly rounded value but for 0.17% of
+// them in float16 and 0.02% in bfloat16 (ExpF: 0.008% and 0.001%), those
+// one ulp off. Its chain from r is one operation shorter than ExpF's (no
+// r^4), with four fewer instructions, and (r + 1) is added in parallel
+// (x86-64-v3, bfloat16 SwiGLU in bursts: 1M elements 1.3x faster, 16M
+// 0.96-1.12x -> 1.41x XLA's code).
 template <typename T>
 inline T ExpForHalf(T x) {
   T n;

@@ -20,8 +20,11 @@ namespace {
 // ExpForHalf where the result is stored in float16 or bfloat16 (kHalf).
 template <bool kHalf, typename T>
 inline T Sigmoid(T a) {
-  if constexpr (kHalf) return 1.0f / (1.0f + ExpForHalf(-a));
-  return 1.0f / (1.0f + ExpF(-a));
+  if constexpr (kHalf) {
+    return 1.0f / (1.0f + ExpForHalf(-a));
+  } else {
+    return 1.0f / (1.0f + ExpF(-a));
+  }
 }
 
 // out = swish(A) * B = A * sigmoid(A) * B (aclnnSwiGlu.md).
