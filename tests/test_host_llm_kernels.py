@@ -210,6 +210,38 @@ def test_swiglu_saturates_without_nan():
     assert np.all(np.isfinite(gx))
 
 
+
+#: bfloat16 NaNs of every kind: all mantissa bits set (rounding their float32
+#: widening up would carry into the sign), signalling, the default.
+BF16_NANS = np.array([0x7FFF, 0xFFFF, 0x7F81, 0xFF81, 0x7FC0, 0xFFC0], np.uint16)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_bfloat16_nans_stay_nan_through_swiglu_and_its_gradient(rng):
+    """The bfloat16 kernels store their vectors without quieting NaNs first
+    (map_runs.h): every NaN, in either half or in the cotangent, and
+    inf * 0, comes out NaN, the rest equal float64's formula. (Along the
+    last axis, so that the halves are contiguous runs and the vector loop
+    takes them.)"""
+    x = rng.normal(size=(1, 256)).astype(jnp.bfloat16)
+    bits = x.view(np.uint16)[0]
+    bits[3:3 + 6 * 9:9] = BF16_NANS  # a's, b's and g's NaNs in different lanes
+    bits[128 + 40:128 + 40 + 6 * 11:11] = BF16_NANS
+    x[0, [100, 228, 101, 229]] = [np.inf, 0.0, -np.inf, 0.0]
+    g = rng.normal(size=(1, 128)).astype(jnp.bfloat16)
+    g.view(np.uint16)[0, 7:7 + 6 * 13:13] = BF16_NANS
+    y, vjp = jax.vjp(nn.swiglu, jnp.asarray(x))
+    (dx,) = vjp(jnp.asarray(g))
+    a, b, g64 = f64(x[0, :128]), f64(x[0, 128:]), f64(g[0])
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = 1 / (1 + np.exp(-a))
+        expected = {"y": a * s * b, "dA": g64 * (s + s * (1 - s) * a) * b, "dB": g64 * s * a}
+    for name, got in {"y": y[0], "dA": dx[0, :128], "dB": dx[0, 128:]}.items():
+        got, want = f64(got), expected[name]
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=name)
+        np.testing.assert_allclose(got[~np.isnan(want)], want[~np.isnan(want)], rtol=2e-2,
+                                   atol=1e-30, err_msg=name)
+
 # --- the host kernels run; the references are one switch away --------------------------------
 
 def block(x, r, w):

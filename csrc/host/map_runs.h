@@ -3,7 +3,9 @@
 // const T* in, T* out) const`, the formula on one element (T = float) or
 // on a vector of them (T = Vec, simd.h); float16 and bfloat16 are
 // converted in registers where the target can (simd.h), else a chunk at a
-// time through float buffers. Compiled once per kernel target (kernels.h).
+// time through float buffers. Every input and output is of the one type, so
+// bfloat16 results are stored without quieting NaNs first (StoreVec's
+// kAnyNaN, simd.h). Compiled once per kernel target (kernels.h).
 #ifndef JAX_ACLNN_HOST_MAP_RUNS_H_
 #define JAX_ACLNN_HOST_MAP_RUNS_H_
 
@@ -28,7 +30,7 @@ void MapVectors(const F& f, const char* const* in, char* const* out, int64_t n) 
     Vec a[F::kInputs], r[F::kOutputs];
     for (int k = 0; k < F::kInputs; ++k) a[k] = LoadFloats<D, Vec>(in[k] + i * size);
     func(a, r);
-    for (int k = 0; k < F::kOutputs; ++k) StoreFloats<D>(out[k] + i * size, r[k]);
+    for (int k = 0; k < F::kOutputs; ++k) StoreFloats<D, false>(out[k] + i * size, r[k]);
   }
   for (; i < n; ++i) {
     float a[F::kInputs], r[F::kOutputs];
