@@ -125,6 +125,27 @@ def test_the_update_equals_torch_adamw_and_numpy(rng, dtype, shape, amsgrad, max
     assert executions() == STEPS
 
 
+
+def nan_with_bits(bits: int) -> np.float32:
+    return np.array([bits], np.uint32).view(np.float32)[0]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("where", ["step", "eps", "lr"])
+def test_a_nan_step_or_hyperparameter_gives_nan_in_every_element(dtype, where):
+    """A NaN of any bits among the update's float32 scalars makes every
+    element NaN, in the vector loop as in its tail: 0xFFFFFFFF (memory
+    filled with ones) once came out of the bfloat16 vector loop as 0, its
+    rounding carried out of the NaN (map_runs.h's kNaNsFromInputs)."""
+    n = 8 * 16 + 3  # whole vectors of any width, then a tail
+    nan = nan_with_bits(0xFFFFFFFF if where != "lr" else 0x7FFF8000)
+    step = np.array([nan if where == "step" else 3.0], np.float32)
+    hyper = {**HYPER, **({where: float(nan)} if where != "step" else {})}
+    out = APPLY_ADAMW(jnp.ones((n,), dtype), jnp.full((n,), 0.5, dtype),
+                      jnp.full((n,), 0.25, dtype), None, jnp.full((n,), 0.1, dtype),
+                      jnp.asarray(step), **hyper, amsgrad=False, maximize=False)
+    assert np.all(np.isnan(f64(out[0]))), f64(out[0])
+
 @needs_torch
 def test_the_update_over_many_steps_follows_torch_adamw_in_float32(rng):
     """Twenty steps of float32 state against torch's float32 AdamW run

@@ -211,18 +211,17 @@ def test_swiglu_saturates_without_nan():
 
 
 
-#: bfloat16 NaNs of every kind: all mantissa bits set (rounding their float32
-#: widening up would carry into the sign), signalling, the default.
+#: bfloat16 NaNs of every kind: all mantissa bits set, signalling, the default.
 BF16_NANS = np.array([0x7FFF, 0xFFFF, 0x7F81, 0xFF81, 0x7FC0, 0xFFC0], np.uint16)
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 def test_bfloat16_nans_stay_nan_through_swiglu_and_its_gradient(rng):
     """The bfloat16 kernels store their vectors without quieting NaNs first
-    (map_runs.h): every NaN, in either half or in the cotangent, and
-    inf * 0, comes out NaN, the rest equal float64's formula. (Along the
-    last axis, so that the halves are contiguous runs and the vector loop
-    takes them.)"""
+    (map_runs.h's kNaNsFromInputs): every NaN, in either half or in the
+    cotangent, and inf * 0, comes out NaN, the rest equal float64's
+    formula. (Along the last axis, so that the halves are contiguous runs
+    and the vector loop takes them.)"""
     x = rng.normal(size=(1, 256)).astype(jnp.bfloat16)
     bits = x.view(np.uint16)[0]
     bits[3:3 + 6 * 9:9] = BF16_NANS  # a's, b's and g's NaNs in different lanes

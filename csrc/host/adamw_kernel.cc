@@ -41,6 +41,9 @@ struct AdamWFormula {
   // var, m, v, (max_v), grad -> var, m, v, (max_v)
   static constexpr int kInputs = kMax == MaxV::kNone ? 4 : 5;
   static constexpr int kOutputs = kMax == MaxV::kUpdate ? 4 : 3;
+  // Its constants come from the caller's floats and step (a NaN among them
+  // may have any bits: map_runs.h).
+  static constexpr bool kNaNsFromInputs = false;
   AdamWConstants c;
   template <typename T>
   void operator()(const T* in, T* out) const {

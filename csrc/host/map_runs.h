@@ -3,9 +3,11 @@
 // const T* in, T* out) const`, the formula on one element (T = float) or
 // on a vector of them (T = Vec, simd.h); float16 and bfloat16 are
 // converted in registers where the target can (simd.h), else a chunk at a
-// time through float buffers. Every input and output is of the one type, so
-// bfloat16 results are stored without quieting NaNs first (StoreVec's
-// kAnyNaN, simd.h). Compiled once per kernel target (kernels.h).
+// time through float buffers. F::kNaNsFromInputs says that its NaNs can
+// only be its inputs' or an invalid operation's (no constant of its own
+// can be a NaN): bfloat16 results are then stored without quieting NaNs
+// first (StoreVec's kAnyNaN, simd.h). Compiled once per kernel target
+// (kernels.h).
 #ifndef JAX_ACLNN_HOST_MAP_RUNS_H_
 #define JAX_ACLNN_HOST_MAP_RUNS_H_
 
@@ -30,7 +32,8 @@ void MapVectors(const F& f, const char* const* in, char* const* out, int64_t n) 
     Vec a[F::kInputs], r[F::kOutputs];
     for (int k = 0; k < F::kInputs; ++k) a[k] = LoadFloats<D, Vec>(in[k] + i * size);
     func(a, r);
-    for (int k = 0; k < F::kOutputs; ++k) StoreFloats<D, false>(out[k] + i * size, r[k]);
+    for (int k = 0; k < F::kOutputs; ++k)
+      StoreFloats<D, !F::kNaNsFromInputs>(out[k] + i * size, r[k]);
   }
   for (; i < n; ++i) {
     float a[F::kInputs], r[F::kOutputs];

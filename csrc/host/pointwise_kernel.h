@@ -29,9 +29,10 @@ struct PointwiseKernel;
 // x = n ln2 + r with n an integer in [-126, 128] and |r| <= ln2 / 2 (n is
 // returned through `n`). x is first clamped to [-87.34, 88.72] with plain
 // selects (std::min/max's NaN rules cost extra instructions per vector):
-// below the range exp's result is the smallest normal float, above it +inf
-// (2^128 overflows), and NaN goes to the lower bound (callers handle NaN
-// themselves).
+// below the range exp's result is the smallest normal float, and NaN goes
+// to the lower bound (callers handle NaN themselves). From 88.376 (n =
+// 128: 2^128 overflows) the result is +inf, where exp is still finite up
+// to 88.72 (so sigmoid(-88.5) is 0, not 3.6e-39).
 template <typename T>
 inline T ReduceExpArgument(T x, T& n) {
   x = AtMost(AtLeast(x, -87.33654475f), 88.72283905f);

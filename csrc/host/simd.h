@@ -57,7 +57,8 @@ inline bool InRegisters(aclDataType t) {
 
 // kLanes float16 or bfloat16 elements from memory (no alignment needed),
 // exactly; to memory, rounded to nearest even (NaN stays a quiet NaN,
-// overflow gives inf): the same results as dtype.h's conversions.
+// overflow gives inf): the same results as dtype.h's conversions (but
+// for StoreVec<ACL_BF16, false>, below).
 template <aclDataType D>
 inline Vec LoadVec(const uint16_t* p) {
   if constexpr (D == ACL_BF16) {  // widen and shift (GCC's own widening is a shuffle chain)
@@ -94,11 +95,11 @@ inline Vec LoadVec(const uint16_t* p) {
 }
 
 // StoreVec<ACL_BF16, false> where v's NaNs can only be bfloat16 inputs
-// or come from arithmetic on them (map_runs.h): IEEE propagation keeps an
-// input NaN's bits, and an invalid operation's default NaN has none below
-// the top 16, so rounding leaves each NaN as it is (an input's passed on
-// unchanged) and the select that quiets any other NaN first is not
-// needed (x86-64-v3, bfloat16 SwiGLU: 19.1 -> 15.9 cycles per 8 outputs on
+// or invalid operations' (map_runs.h; no float32 constant or parameter of
+// the formula may be a NaN): IEEE propagation keeps an input NaN's bits,
+// and the default NaN has none below the top 16, so rounding leaves each
+// NaN as it is (an input's passed on unchanged, a signalling one too) and
+// the select that quiets any other NaN first is not needed (x86-64-v3, bfloat16 SwiGLU: 19.1 -> 15.9 cycles per 8 outputs on
 // one core).
 template <aclDataType D, bool kAnyNaN = true>
 inline void StoreVec(uint16_t* p, Vec v) {

@@ -31,6 +31,7 @@ inline T Sigmoid(T a) {
 template <bool kHalf>
 struct SwiGluFormula {
   static constexpr int kInputs = 2, kOutputs = 1;  // A, B -> out
+  static constexpr bool kNaNsFromInputs = true;      // map_runs.h; its one constant is 1
   template <typename T>
   void operator()(const T* in, T* out) const {
     const T a = in[0];
@@ -43,6 +44,7 @@ struct SwiGluFormula {
 template <bool kHalf>
 struct SwiGluGradFormula {
   static constexpr int kInputs = 3, kOutputs = 2;  // g, A, B -> dA, dB
+  static constexpr bool kNaNsFromInputs = true;
   template <typename T>
   void operator()(const T* in, T* out) const {
     const T g = in[0], a = in[1], s = Sigmoid<kHalf>(a);
