@@ -18,8 +18,11 @@ T Exp(bool half, T x) {
 }
 
 int main(int argc, char** argv) {
-  if (argc != 2) return 2;
-  const bool half = std::strcmp(argv[1], "ExpForHalf") == 0;
+  const bool half = argc == 2 && std::strcmp(argv[1], "ExpForHalf") == 0;
+  if (argc != 2 || (!half && std::strcmp(argv[1], "ExpF") != 0)) {
+    std::fprintf(stderr, "usage: %s ExpF|ExpForHalf < floats > results\n", argv[0]);
+    return 2;
+  }
   std::vector<float> x;
   for (float v; std::fread(&v, sizeof v, 1, stdin) == 1;) x.push_back(v);
   const size_t n = x.size();

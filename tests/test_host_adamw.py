@@ -125,7 +125,6 @@ def test_the_update_equals_torch_adamw_and_numpy(rng, dtype, shape, amsgrad, max
     assert executions() == STEPS
 
 
-
 def nan_with_bits(bits: int) -> np.float32:
     return np.array([bits], np.uint32).view(np.float32)[0]
 
@@ -145,6 +144,7 @@ def test_a_nan_step_or_hyperparameter_gives_nan_in_every_element(dtype, where):
                       jnp.full((n,), 0.25, dtype), None, jnp.full((n,), 0.1, dtype),
                       jnp.asarray(step), **hyper, amsgrad=False, maximize=False)
     assert np.all(np.isnan(f64(out[0]))), f64(out[0])
+
 
 @needs_torch
 def test_the_update_over_many_steps_follows_torch_adamw_in_float32(rng):

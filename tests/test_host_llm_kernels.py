@@ -210,7 +210,6 @@ def test_swiglu_saturates_without_nan():
     assert np.all(np.isfinite(gx))
 
 
-
 #: bfloat16 NaNs of every kind: all mantissa bits set, signalling, the default.
 BF16_NANS = np.array([0x7FFF, 0xFFFF, 0x7F81, 0xFF81, 0x7FC0, 0xFFC0], np.uint16)
 
@@ -240,6 +239,7 @@ def test_bfloat16_nans_stay_nan_through_swiglu_and_its_gradient(rng):
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=name)
         np.testing.assert_allclose(got[~np.isnan(want)], want[~np.isnan(want)], rtol=2e-2,
                                    atol=1e-30, err_msg=name)
+
 
 # --- the host kernels run; the references are one switch away --------------------------------
 

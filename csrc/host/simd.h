@@ -99,8 +99,8 @@ inline Vec LoadVec(const uint16_t* p) {
 // the formula may be a NaN): IEEE propagation keeps an input NaN's bits,
 // and the default NaN has none below the top 16, so rounding leaves each
 // NaN as it is (an input's passed on unchanged, a signalling one too) and
-// the select that quiets any other NaN first is not needed (x86-64-v3, bfloat16 SwiGLU: 19.1 -> 15.9 cycles per 8 outputs on
-// one core).
+// the select that quiets any other NaN first is not needed (x86-64-v3,
+// bfloat16 SwiGLU: 19.1 -> 15.9 cycles per 8 outputs on one core).
 template <aclDataType D, bool kAnyNaN = true>
 inline void StoreVec(uint16_t* p, Vec v) {
   if constexpr (D == ACL_BF16) {
