@@ -60,11 +60,17 @@ def run(driver: Path, function: str, x: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 def arguments(rng) -> np.ndarray:
     """Uniform over the range where the kernels' exponentials are exp
-    (normal results from -87.33; from 88.376, where n = 128, they give inf
-    and sigmoid 0, not 1e-38), and densely around 0, where the reduced
-    argument is the input itself."""
-    return np.concatenate([rng.uniform(-87.3, 88.37, 1 << 20),
-                           rng.uniform(-1.0, 1.0, 1 << 18)]).astype(np.float32)
+    (normal results from their floor, -126 ln2 rounded up, to the largest
+    finite float: up to stop 59, from 88.376, where n = 128, they gave inf
+    and sigmoid 0, not 1e-38), densely around 0, where the reduced argument
+    is the input itself, and at both ends."""
+    floor = np.float32(-87.33654022)
+    # the largest float whose exp is finite (log(max) rounds up)
+    top = np.nextafter(np.float32(np.log(np.finfo(np.float32).max)), np.float32(0))
+    ends = np.concatenate([floor - np.arange(256, dtype=np.float32) * np.spacing(floor),
+                           top - np.arange(256, dtype=np.float32) * np.spacing(top)])
+    return np.concatenate([rng.uniform(floor, top, 1 << 20), rng.uniform(-1.0, 1.0, 1 << 18),
+                           ends]).astype(np.float32)
 
 
 def test_expf_is_within_cephes_accuracy(rng, driver):
@@ -89,3 +95,19 @@ def test_exp_for_half_is_within_its_fitted_error(rng, driver):
     for got in run(driver, "ExpForHalf", x):
         error = np.max(np.abs(got / expected - 1))
         assert error <= 5.4e-6 + 2 * np.finfo(np.float32).eps, error
+
+
+@pytest.mark.parametrize("function", ["ExpF", "ExpForHalf"])
+def test_outside_the_range_exp_is_inf_above_and_the_smallest_normal_below(driver, function):
+    """+inf from the first float whose exp overflows (exp(200) was NaN in a
+    draft that scaled by exponent bits alone), and the smallest normal
+    float, never a subnormal, from the floor down (NaN there too: callers
+    keep NaN themselves)."""
+    top = np.nextafter(np.float32(np.log(np.finfo(np.float32).max)), np.float32(0))
+    above = np.array([np.nextafter(top, np.float32(np.inf)), 89.0, 200.0, 1e30, np.inf],
+                     np.float32)
+    below = np.array([-87.33654022, -87.3366, -88.0, -200.0, -np.inf, np.nan], np.float32)
+    tiny = float(np.finfo(np.float32).tiny)
+    for got in run(driver, function, np.concatenate([above, below])):
+        assert np.all(got[:above.size] == np.inf), got
+        assert np.all((got[above.size:] >= tiny) & (got[above.size:] <= tiny * (1 + 1e-5))), got

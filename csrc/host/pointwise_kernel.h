@@ -26,16 +26,22 @@ namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET {
 template <OpId op>
 struct PointwiseKernel;
 
+// -126 ln2 rounded up: below it ExpF returns the smallest normal float,
+// not 0.
+constexpr float kExpFloor = -87.33654022f;
+// 128 ln2 rounded up, the first float whose exp overflows.
+constexpr float kExpCeiling = 88.72283936f;
+
 // x = n ln2 + r with n an integer in [-126, 128] and |r| <= ln2 / 2 (n is
-// returned through `n`). x is first clamped to [-87.34, 88.72] with plain
-// selects (std::min/max's NaN rules cost extra instructions per vector):
-// below the range exp's result is the smallest normal float, and NaN goes
-// to the lower bound (callers handle NaN themselves). From 88.376 (n =
-// 128: 2^128 overflows) the result is +inf, where exp is still finite up
-// to 88.72 (so sigmoid(-88.5) is 0, not 3.6e-39).
+// returned through `n`). x is first clamped to [kExpFloor, kExpCeiling]
+// with plain selects (std::min/max's NaN rules cost extra instructions per
+// vector): below the range exp's result is the smallest normal float, and
+// NaN goes to the lower bound (callers handle NaN themselves). At both
+// ends r >= 0 (n = -126 and n = 128), as ScaleByPow2 needs; below the
+// ceiling, where n = 128, r < 0.
 template <typename T>
 inline T ReduceExpArgument(T x, T& n) {
-  x = AtMost(AtLeast(x, -87.33654475f), 88.72283905f);
+  x = AtMost(AtLeast(x, kExpFloor), kExpCeiling);
   n = Floor(x * 1.44269504088896341f + 0.5f);
   return x - n * 0.693359375f + n * 2.12194440e-4f;
 }
@@ -58,7 +64,7 @@ inline T ExpF(T x) {
   const T b = 8.3334519073e-3f * r + 4.1665795894e-2f;
   const T c = 1.6666665459e-1f * r + 5.0000001201e-1f;
   const T p = a * r4 + (b * r2 + c);
-  return (p * r2 + r + 1.0f) * Pow2(n);
+  return ScaleByPow2(p * r2 + r + 1.0f, n);
 }
 
 // exp(x) as ExpF, to 5.4e-6 relative error, for results stored in float16
@@ -77,11 +83,8 @@ inline T ExpForHalf(T x) {
   const T r = ReduceExpArgument(x, n);
   const T r2 = r * r;
   const T q = 4.12776396e-2f * r2 + (1.67535052e-1f * r + 5.00051141e-1f);
-  return (q * r2 + (r + 1.0f)) * Pow2(n);
+  return ScaleByPow2(q * r2 + (r + 1.0f), n);
 }
-
-// Below it ExpF returns the smallest normal float, not 0.
-constexpr float kExpFloor = -87.33654475f;
 
 // exp(x) where a softmax needs it exactly: 0 below ExpF's range (so
 // exp(-inf) = 0, a masked score's weight) and NaN kept.

@@ -17,6 +17,7 @@
 #ifndef JAX_ACLNN_HOST_SIMD_H_
 #define JAX_ACLNN_HOST_SIMD_H_
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -275,13 +276,22 @@ inline Vec Permute(Vec v, VecI idx) {
 #endif
 }
 
-// 2^n for an integer-valued n in [-126, 128] (128 gives inf), built from
-// its exponent bits.
-inline float Pow2(float n) {
-  return __builtin_bit_cast(float, static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23);
+// p * 2^n for p in [0.5, 2) and an integer-valued n in [-126, 128], by
+// adding n to p's exponent bits (ldexp), +inf where the product overflows
+// (the sum's bits capped at +inf's: a NaN's otherwise). Where n = -126, p
+// must be at least 1 (a smaller p's bits would be read as a subnormal).
+// (Up to stop 59 the exponentials multiplied p by a float 2^n, which is
+// inf at n = 128: exp was inf from 88.376, though finite to 88.7228.)
+inline float ScaleByPow2(float p, float n) {
+  const uint32_t bits = __builtin_bit_cast(uint32_t, p) +
+                        static_cast<uint32_t>(static_cast<int32_t>(n)) * (1u << 23);
+  return __builtin_bit_cast(float, std::min<uint32_t>(bits, 0x7F800000u));
 }
-inline Vec Pow2(Vec n) {
-  return reinterpret_cast<Vec>((__builtin_convertvector(n, VecI) + 127) << 23);
+inline Vec ScaleByPow2(Vec p, Vec n) {
+  const VecI bits = reinterpret_cast<VecI>(p) + __builtin_convertvector(n, VecI) * (1 << 23);
+  // (+inf's bits as a vector, not a scalar: then GCC makes the select a min)
+  const VecI inf = reinterpret_cast<VecI>(Splat<Vec>(__builtin_inff()));
+  return reinterpret_cast<Vec>(bits < inf ? bits : inf);
 }
 
 }  // namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET
