@@ -3,11 +3,15 @@ float64 NumPy, compiled with the kernels' own flags by tests/exp_driver.cc:
 ExpF (cross entropy, attention's softmax, SwishBackward, float32 SwiGLU)
 within Cephes' accuracy, about one ulp, and ExpForHalf (SwiGLU's
 half-precision outputs) within its fitted relative error. Both through the
-vector type and one float at a time."""
+vector type and one float at a time, for each kernel target this CPU runs,
+and on an x86-64 host with Debian's aarch64 cross compiler and qemu-user
+(.ci/aarch64 installs them and runs this file) for aarch64's two: NEON
+(QEMU_CPU cortex-a72) and SVE (qemu's "max")."""
 
 from __future__ import annotations
 
 import platform
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -20,9 +24,9 @@ ROOT = TESTS.parent
 #: CMakeLists.txt's kernel flags.
 KERNEL_FLAGS = ["-std=gnu++17", "-O3", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math"]
 
-#: The kernels' CPU targets (dispatch.cc), each with the CPU features it
-#: needs (as /proc/cpuinfo names them): "" is the baseline (x86-64: SSE2,
-#: no FMA); off x86-64, the baseline and this CPU's own.
+#: The kernels' CPU targets (CMakeLists.txt, dispatch.cc), each with the
+#: CPU features it needs (as /proc/cpuinfo names them): "" is the baseline
+#: (x86-64: SSE2, no FMA); off x86-64, the baseline and this CPU's own.
 if platform.machine() == "x86_64":
     TARGETS = {"baseline": ("", set()),
                "x86-64-v3": ("-march=x86-64-v3", {"avx2", "fma", "f16c"}),
@@ -30,29 +34,45 @@ if platform.machine() == "x86_64":
 else:
     TARGETS = {"baseline": ("", set()), "native": ("-march=native", set())}
 
+#: aarch64's kernel targets, cross-compiled (static) and run under
+#: qemu-user on an x86-64 host: flags and qemu's CPU.
+AARCH64_TARGETS = {"aarch64 armv8-a": ("", "cortex-a72"),
+                   "aarch64 armv8.2-a+sve": ("-march=armv8.2-a+sve", "max")}
+CROSS_TOOLS = ("aarch64-linux-gnu-g++", "qemu-aarch64-static")
+
 
 def cpu_flags() -> set[str]:
     text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     return {f for line in text.splitlines() if line.startswith("flags") for f in line.split()}
 
 
-@pytest.fixture(scope="module", params=list(TARGETS))
-def driver(request, tmp_path_factory) -> Path:
+def compile_driver(compiler: str, flags: list[str], exe: Path) -> None:
+    out = subprocess.run([compiler, *KERNEL_FLAGS, *flags, "-I", str(ROOT / "csrc"),
+                          "-DJAX_ACLNN_KERNEL_TARGET=native", str(TESTS / "exp_driver.cc"),
+                          "-o", str(exe)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-4000:]
+
+
+@pytest.fixture(scope="module", params=[*TARGETS, *AARCH64_TARGETS])
+def driver(request, tmp_path_factory) -> list[str]:
+    """The command running the driver built for one kernel target."""
+    exe = tmp_path_factory.mktemp("exp") / "exp_driver"
+    if request.param in AARCH64_TARGETS:
+        if platform.machine() != "x86_64" or not all(map(shutil.which, CROSS_TOOLS)):
+            pytest.skip(f"cross-testing aarch64 needs an x86-64 host with {', '.join(CROSS_TOOLS)}")
+        flag, cpu = AARCH64_TARGETS[request.param]
+        compile_driver(CROSS_TOOLS[0], [*filter(None, [flag]), "-static"], exe)
+        return [CROSS_TOOLS[1], "-cpu", cpu, str(exe)]
     flag, needs = TARGETS[request.param]
     if missing := needs - cpu_flags():
         pytest.skip(f"this CPU lacks {sorted(missing)}")
-    exe = tmp_path_factory.mktemp("exp") / "exp_driver"
-    out = subprocess.run(["c++", *KERNEL_FLAGS, *filter(None, [flag]),
-                          "-I", str(ROOT / "csrc"), "-DJAX_ACLNN_KERNEL_TARGET=native",
-                          str(TESTS / "exp_driver.cc"), "-o", str(exe)],
-                         capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr[-4000:]
-    return exe
+    compile_driver("c++", list(filter(None, [flag])), exe)
+    return [str(exe)]
 
 
-def run(driver: Path, function: str, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def run(driver: list[str], function: str, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``function`` of float32 ``x``, through the vector type and per float."""
-    out = subprocess.run([str(driver), function], input=x.tobytes(), capture_output=True,
+    out = subprocess.run([*driver, function], input=x.tobytes(), capture_output=True,
                          check=True).stdout
     y = np.frombuffer(out, np.float32).astype(np.float64)
     return y[:x.size], y[x.size:]
