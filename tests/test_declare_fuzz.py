@@ -156,7 +156,8 @@ def twin(v: Any) -> Any:
     if isinstance(v, np.integer):
         return int(v)
     if isinstance(v, np.float64):  # (a float too)
-        return float(v) if np.float32(v) == v else None
+        with np.errstate(over="ignore"):  # beyond float32's range: inf, not equal
+            return float(v) if np.float32(v) == v else None
     return np.float64(v)  # a Python float or np.float32
 
 
