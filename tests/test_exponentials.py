@@ -78,15 +78,22 @@ def run(driver: list[str], function: str, x: np.ndarray) -> tuple[np.ndarray, np
     return y[:x.size], y[x.size:]
 
 
+def largest_with_finite_exp() -> np.float32:
+    """The largest float32 whose exp is finite: float64's log(max) rounded
+    to float32, or the float below it where that rounded up."""
+    top = np.float32(np.log(np.float64(np.finfo(np.float32).max)))
+    return top if np.exp(np.float64(top)) <= np.finfo(np.float32).max else np.nextafter(
+        top, np.float32(0))
+
+
 def arguments(rng) -> np.ndarray:
     """Uniform over the range where the kernels' exponentials are exp
     (normal results from their floor, -126 ln2 rounded up, to the largest
-    finite float: up to stop 59, from 88.376, where n = 128, they gave inf
-    and sigmoid 0, not 1e-38), densely around 0, where the reduced argument
+    finite float: scaled by a float 2^n, they were inf from 88.376, where
+    n = 128, and sigmoid 0, not 1e-38), densely around 0, where the reduced argument
     is the input itself, and at both ends."""
     floor = np.float32(-87.33654022)
-    # the largest float whose exp is finite (log(max) rounds up)
-    top = np.nextafter(np.float32(np.log(np.finfo(np.float32).max)), np.float32(0))
+    top = largest_with_finite_exp()
     ends = np.concatenate([floor - np.arange(256, dtype=np.float32) * np.spacing(floor),
                            top - np.arange(256, dtype=np.float32) * np.spacing(top)])
     return np.concatenate([rng.uniform(floor, top, 1 << 20), rng.uniform(-1.0, 1.0, 1 << 18),
@@ -123,7 +130,7 @@ def test_outside_the_range_exp_is_inf_above_and_the_smallest_normal_below(driver
     draft that scaled by exponent bits alone), and the smallest normal
     float, never a subnormal, from the floor down (NaN there too: callers
     keep NaN themselves)."""
-    top = np.nextafter(np.float32(np.log(np.finfo(np.float32).max)), np.float32(0))
+    top = largest_with_finite_exp()
     above = np.array([np.nextafter(top, np.float32(np.inf)), 89.0, 200.0, 1e30, np.inf],
                      np.float32)
     below = np.array([-87.33654022, -87.3366, -88.0, -200.0, -np.inf, np.nan], np.float32)

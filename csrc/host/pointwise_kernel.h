@@ -26,8 +26,8 @@ namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET {
 template <OpId op>
 struct PointwiseKernel;
 
-// -126 ln2 rounded up: below it ExpF returns the smallest normal float,
-// not 0.
+// -126 ln2 rounded up: at and below it ExpF returns exp(kExpFloor), the
+// smallest normal float to 4.5e-6 (never a subnormal), not 0.
 constexpr float kExpFloor = -87.33654022f;
 // 128 ln2 rounded up, the first float whose exp overflows.
 constexpr float kExpCeiling = 88.72283936f;
@@ -35,7 +35,7 @@ constexpr float kExpCeiling = 88.72283936f;
 // x = n ln2 + r with n an integer in [-126, 128] and |r| <= ln2 / 2 (n is
 // returned through `n`). x is first clamped to [kExpFloor, kExpCeiling]
 // with plain selects (std::min/max's NaN rules cost extra instructions per
-// vector): below the range exp's result is the smallest normal float, and
+// vector): below the range exp's result is exp(kExpFloor), and
 // NaN goes to the lower bound (callers handle NaN themselves). At both
 // ends r >= 0 (n = -126 and n = 128), as ScaleByPow2 needs; below the
 // ceiling, where n = 128, r < 0.

@@ -280,8 +280,8 @@ inline Vec Permute(Vec v, VecI idx) {
 // adding n to p's exponent bits (ldexp), +inf where the product overflows
 // (the sum's bits capped at +inf's: a NaN's otherwise). Where n = -126, p
 // must be at least 1 (a smaller p's bits would be read as a subnormal).
-// (Up to stop 59 the exponentials multiplied p by a float 2^n, which is
-// inf at n = 128: exp was inf from 88.376, though finite to 88.7228.)
+// (Multiplying p by a float 2^n would overflow at n = 128, making exp inf
+// from 88.376, where it is finite up to 88.7228.)
 inline float ScaleByPow2(float p, float n) {
   const uint32_t bits = __builtin_bit_cast(uint32_t, p) +
                         static_cast<uint32_t>(static_cast<int32_t>(n)) * (1u << 23);
