@@ -227,6 +227,31 @@ def test_cross_entropy_of_large_negative_and_infinite_logits(rng, dtype):
     assert np.all(f64(g)[2, :20] == 0) and f64(g)[1, 3] == 0
 
 
+@needs_torch
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("c", [40, 300])  # a row within one vector's tail, and across many
+def test_cross_entropy_of_nan_and_infinite_logits(rng, dtype, c):
+    """A NaN or +inf logit that is not the label: that row's loss and its
+    whole gradient row NaN, as torch's (and log_softmax's) are; the other
+    rows exact."""
+    x = 2 * rng.normal(size=(4, c))
+    x[0, 3] = np.nan
+    x[1, c - 1] = np.inf
+    x[2, 0] = np.nan
+    logits = jnp.asarray(x, dtype)
+    labels = np.array([5, 7, 1, 0])
+    loss, g = jax.jit(lambda x: (nn.softmax_cross_entropy_with_integer_labels(x, labels),
+                                 jax.grad(lambda x: jnp.sum(
+                                     nn.softmax_cross_entropy_with_integer_labels(x, labels)
+                                     .astype(jnp.float32)))(x)))(logits)
+    tl = t64(logits)
+    tloss = F.cross_entropy(tl, torch.from_numpy(labels), reduction="none")
+    tloss.sum().backward()
+    assert np.all(np.isnan(f64(loss)[:3])) and np.all(np.isnan(f64(g)[:3]))
+    assert_close(loss, tloss.detach().numpy(), dtype, scale=2)
+    assert_close(g, tl.grad.numpy(), dtype, scale=2)
+
+
 REDUCTIONS = ["none", "mean", "sum"]
 
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "host/dtype.h"
@@ -28,20 +29,15 @@ float MaxOf(const float* x, int64_t n, float m) {
   return m;
 }
 
-// sum exp(x[j] - m) (exp(-inf) = 0).
+// sum exp(x[j] - m) (exp(-inf) = 0; NaN where an x is NaN or, m being
+// +inf, +inf: the row's logProb all NaN, as log_softmax gives).
 float SumExp(const float* x, int64_t n, float m) {
-  Vec acc{};
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {
-    const Vec d = LoadFloats<ACL_FLOAT, Vec>(reinterpret_cast<const char*>(x + j)) - m;
-    acc += d < kExpFloor ? Splat<Vec>(0.0f) : ExpF(d);
-  }
-  float s = SumLanes(acc);
-  for (; j < n; ++j) {
-    const float d = x[j] - m;
-    s += d < kExpFloor ? 0.0f : ExpF(d);
-  }
-  return s;
+  LaneSum sum;
+  ForLanes(n, [&](int64_t j, auto t) {
+    using T = decltype(t);
+    sum.Add(ExpOrZero(At<ACL_FLOAT, T>(x, j) - m));
+  });
+  return sum.Total();
 }
 
 // Row r's class (int32 or int64 target).
@@ -164,6 +160,70 @@ void RunCrossEntropyLoss(const View& input, const View& target, const View* weig
   StoreFromFloat(loss.dtype, &result, 1, out.At(0), 1);
 }
 
+namespace {
+
+// A row of the gradient: its class t, whether it counts (not ignored, its
+// class in range) and the formula's factors (RunCrossEntropyLossGrad).
+struct GradRow {
+  int64_t t;
+  bool kept;
+  float scale, smooth, nll;
+};
+
+// Element (T = float) or vector (T = Vec) of a kept row's gradient from its
+// logProb lp and class weight wc: exp(lp) * scale - smooth * wc (NaN kept: a
+// row of NaN logits has a NaN gradient, as exp(logProb) gives on CANN).
+template <typename T>
+inline T GradOf(T lp, T wc, const GradRow& g) {
+  return ExpOrZero(lp) * g.scale - g.smooth * wc;
+}
+
+// Row r of the gradient through float buffers, a chunk at a time (any
+// dtype and stride).
+void CrossEntropyGradRow(const View& log_prob, const float* w, const GradRow& g, int64_t c,
+                         const View& dx, int64_t r) {
+  alignas(64) float buf[kChunk], out[kChunk];
+  const Row lp = RowOf(log_prob, 1, r), o = RowOf(dx, 1, r);
+  for (int64_t k = 0; k < c; k += kChunk) {
+    const int64_t len = std::min(kChunk, c - k);
+    const float* lpp = lp.Load(k, len, buf);
+    float* op = o.Out(k, out);
+    if (!g.kept) {
+      std::fill(op, op + len, 0.0f);
+    } else {
+      ForLanes(len, [&](int64_t j, auto x) {
+        using T = decltype(x);
+        const T wc = w != nullptr ? At<ACL_FLOAT, T>(w + k, j) : Splat<T>(1.0f);
+        Put<ACL_FLOAT>(op, j, GradOf(At<ACL_FLOAT, T>(lpp, j), wc, g));
+      });
+      if (g.t >= k && g.t < k + len) op[g.t - k] -= g.nll;
+    }
+    o.Store(k, len, op);
+  }
+}
+
+// The same on contiguous rows of a type in registers (row_kernels.h), the
+// target's element rounded once, from float32.
+template <aclDataType D>
+void CrossEntropyGradRowIn(const View& log_prob, const float* w, const GradRow& g, int64_t c,
+                           const View& dx, int64_t r) {
+  const char* lp = RowData<D>(log_prob, c, r);
+  char* o = RowData<D>(dx, c, r);
+  if (!g.kept) {
+    std::memset(o, 0, c * ElementSize(D));
+    return;
+  }
+  ForLanes(c, [&](int64_t j, auto x) {
+    using T = decltype(x);
+    const T wc = w != nullptr ? At<ACL_FLOAT, T>(w, j) : Splat<T>(1.0f);
+    Put<D>(o, j, GradOf(At<D, T>(lp, j), wc, g));
+  });
+  const float wt = w != nullptr ? w[g.t] : 1.0f;
+  Put<D>(o, g.t, GradOf(At<D, float>(lp, g.t), wt, g) - g.nll);
+}
+
+}  // namespace
+
 // out[n, c] = p * (nll + smooth * sum(w)) - smooth * w[c] - (c == t) * nll,
 // p = exp(logProb), nll = g * (1 - ls) / d * w[t], smooth = g * ls / (d * C),
 // d = sum of the kept rows' w[t] for "mean" (else 1); an ignored row's 0.
@@ -189,43 +249,26 @@ void RunCrossEntropyLossGrad(const View& grad_loss, const View& log_prob, const 
   const float ls = a.label_smoothing;
   const bool none = a.reduction == Reduction::kNone;
   const Row g_row = RowOf(grad_loss, 0, 0);
-  ForEachRow(n, c, dx, stream, [&](int64_t r) {
-    alignas(64) float buf[kChunk], out[kChunk];
-    const Row lp = RowOf(log_prob, 1, r), o = RowOf(dx, 1, r);
-    int64_t t;
-    const float wt = ClassWeight(target, w, c, a.ignore_index, r, &t);
-    float g;
-    LoadAsFloat(grad_loss.dtype, g_row.At(none ? r : 0), 1, 1, &g);
-    const bool kept = t != a.ignore_index && wt == wt;
-    const float nll = kept ? g * (1.0f - ls) / d * wt : 0.0f;
-    const float smooth = kept ? g * ls / (d * static_cast<float>(c)) : 0.0f;
-    const float scale = nll + smooth * weight_sum;
-    for (int64_t k = 0; k < c; k += kChunk) {
-      const int64_t len = std::min(kChunk, c - k);
-      const float* lpp = lp.Load(k, len, buf);
-      float* op = o.Out(k, out);
-      if (!kept) {
-        std::fill(op, op + len, 0.0f);
-      } else {
-        int64_t j = 0;
-        for (; j + kLanes <= len; j += kLanes) {
-          const Vec v = LoadFloats<ACL_FLOAT, Vec>(reinterpret_cast<const char*>(lpp + j));
-          const Vec p = v < kExpFloor ? Splat<Vec>(0.0f) : ExpF(v);
-          Vec res = p * scale;
-          if (w != nullptr) res -= smooth * LoadFloats<ACL_FLOAT, Vec>(
-                                                reinterpret_cast<const char*>(w + k + j));
-          else res -= smooth;
-          StoreFloats<ACL_FLOAT>(reinterpret_cast<char*>(op + j), res);
-        }
-        for (; j < len; ++j) {
-          const float p = lpp[j] < kExpFloor ? 0.0f : ExpF(lpp[j]);
-          op[j] = p * scale - smooth * (w != nullptr ? w[k + j] : 1.0f);
-        }
-        if (t >= k && t < k + len) op[t - k] -= nll;
-      }
-      o.Store(k, len, op);
-    }
-  });
+  const auto grad_row = [&](int64_t r) {
+    GradRow g;
+    const float wt = ClassWeight(target, w, c, a.ignore_index, r, &g.t);
+    float gl;
+    LoadAsFloat(grad_loss.dtype, g_row.At(none ? r : 0), 1, 1, &gl);
+    g.kept = g.t != a.ignore_index && wt == wt;
+    g.nll = g.kept ? gl * (1.0f - ls) / d * wt : 0.0f;
+    g.smooth = g.kept ? gl * ls / (d * static_cast<float>(c)) : 0.0f;
+    g.scale = g.nll + g.smooth * weight_sum;
+    return g;
+  };
+  if (AllContiguous(log_prob.dtype, {&log_prob, &dx}) &&
+      WithRowType(log_prob.dtype, [&](auto type) {
+        ForEachRow(n, c, dx, stream, [&](int64_t r) {
+          CrossEntropyGradRowIn<type.value>(log_prob, w, grad_row(r), c, dx, r);
+        });
+      }))
+    return;
+  ForEachRow(n, c, dx, stream,
+             [&](int64_t r) { CrossEntropyGradRow(log_prob, w, grad_row(r), c, dx, r); });
 }
 
 }  // namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET
