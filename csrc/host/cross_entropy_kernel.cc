@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 
 #include "host/dtype.h"
@@ -202,26 +201,6 @@ void CrossEntropyGradRow(const View& log_prob, const float* w, const GradRow& g,
   }
 }
 
-// The same on contiguous rows of a type in registers (row_kernels.h), the
-// target's element rounded once, from float32.
-template <aclDataType D>
-void CrossEntropyGradRowIn(const View& log_prob, const float* w, const GradRow& g, int64_t c,
-                           const View& dx, int64_t r) {
-  const char* lp = RowData<D>(log_prob, c, r);
-  char* o = RowData<D>(dx, c, r);
-  if (!g.kept) {
-    std::memset(o, 0, c * ElementSize(D));
-    return;
-  }
-  ForLanes(c, [&](int64_t j, auto x) {
-    using T = decltype(x);
-    const T wc = w != nullptr ? At<ACL_FLOAT, T>(w, j) : Splat<T>(1.0f);
-    Put<D>(o, j, GradOf(At<D, T>(lp, j), wc, g));
-  });
-  const float wt = w != nullptr ? w[g.t] : 1.0f;
-  Put<D>(o, g.t, GradOf(At<D, float>(lp, g.t), wt, g) - g.nll);
-}
-
 }  // namespace
 
 // out[n, c] = p * (nll + smooth * sum(w)) - smooth * w[c] - (c == t) * nll,
@@ -260,13 +239,6 @@ void RunCrossEntropyLossGrad(const View& grad_loss, const View& log_prob, const 
     g.scale = g.nll + g.smooth * weight_sum;
     return g;
   };
-  if (AllContiguous(log_prob.dtype, {&log_prob, &dx}) &&
-      WithRowType(log_prob.dtype, [&](auto type) {
-        ForEachRow(n, c, dx, stream, [&](int64_t r) {
-          CrossEntropyGradRowIn<type.value>(log_prob, w, grad_row(r), c, dx, r);
-        });
-      }))
-    return;
   ForEachRow(n, c, dx, stream,
              [&](int64_t r) { CrossEntropyGradRow(log_prob, w, grad_row(r), c, dx, r); });
 }
