@@ -6,6 +6,11 @@
 // float32 GEMMs (gemm.h), one block task per iteration of the provider's
 // ParallelFor; half-precision operands are converted to float32 a block at
 // a time, and the softmax is computed in float32, as CANN's kernels do.
+// A block's scores are held transposed, a key per row (S^T = K Q^T), so
+// that the softmax runs a vector of query rows at a time: each row's max
+// and sum are a lane of a vector, with no sum or max across a vector's
+// lanes (on the 64-key rows of attention at 64 tokens, those reductions
+// and the per-row bookkeeping around them were half the forward's time).
 //
 // Semantics (the test provider's naive kernels, csrc/testing/
 // attention_operators.cc, and CANN's pages): S = scale * (Q K^T + pse),
@@ -113,53 +118,15 @@ void StoreRows(const View& t, int64_t b, int64_t h, int64_t r0, int64_t rows, co
       StoreFromFloat(t.dtype, src + r * d, d, Address(t, first + r * t.strides[1]), t.strides[3]);
 }
 
-// Over `vectors` whole vectors of a row of scores, in place: exp(score -
-// max) at the elements [first, end), 0 at the others (and at masked
-// scores, -inf); returns the sum. Whole vectors, selected by lane, and no
-// fill or memset call per row: on the short rows of attention at 64 tokens
-// the scalar tails and small fills took most of the softmax's time.
-// (Vectorized ExpF: Eigen's select of its exp computed each element with
-// libm's scalar expf, a fifth of a small layer's time.)
-float Exponentials(float* row, int64_t vectors, int64_t first, int64_t end, float max) {
+// The row stride of a transposed block of `rows` query rows: whole vectors.
+int64_t Padded(int64_t rows) { return (rows + kLanes - 1) / kLanes * kLanes; }
+
+// The query rows v * kLanes + lane of a block's vector v of lanes.
+VecI LaneRows(int64_t v) {
   VecI lane;
   for (int k = 0; k < kLanes; ++k) lane[k] = k;
-  Vec acc{};
-  for (int64_t v = 0; v < vectors; ++v) {
-    char* at = reinterpret_cast<char*>(row + v * kLanes);
-    const VecI j = lane + static_cast<int32_t>(v * kLanes);
-    const Vec e = ExpOrZero(LoadFloats<ACL_FLOAT, Vec>(at) - max);
-    const Vec w = j >= static_cast<int32_t>(first) && j < static_cast<int32_t>(end) ? e : Vec{};
-    StoreFloats<ACL_FLOAT>(at, w);
-    acc += w;
-  }
-  return SumLanes(acc);
+  return lane + static_cast<int32_t>(v * kLanes);
 }
-
-// The largest of row[first, end) (-inf where empty, NaN where one is),
-// over the whole vectors from row.
-float MaxOf(const float* row, int64_t first, int64_t end) {
-  VecI lane;
-  for (int k = 0; k < kLanes; ++k) lane[k] = k;
-  Vec m = Splat<Vec>(-kInf);
-  for (int64_t v = first / kLanes; v * kLanes < end; ++v) {
-    const VecI j = lane + static_cast<int32_t>(v * kLanes);
-    const Vec x = LoadFloats<ACL_FLOAT, Vec>(reinterpret_cast<const char*>(row + v * kLanes));
-    const auto seen = j >= static_cast<int32_t>(first) && j < static_cast<int32_t>(end);
-    m = seen && (m < x || x != x) ? x : m;
-  }
-  float r = -kInf;
-  for (int k = 0; k < kLanes; ++k) r = r < m[k] || m[k] != m[k] ? m[k] : r;
-  return r;
-}
-
-// Zeros over whole vectors [v0, v1) of a row.
-void ZeroVectors(float* row, int64_t v0, int64_t v1) {
-  for (int64_t v = v0; v < v1; ++v)
-    StoreFloats<ACL_FLOAT>(reinterpret_cast<char*>(row + v * kLanes), Vec{});
-}
-
-// The row stride of a block of `cols` scores: whole vectors.
-int64_t Padded(int64_t cols) { return (cols + kLanes - 1) / kLanes * kLanes; }
 
 // The shapes, the optional pse and mask, and which keys each query sees.
 struct Problem {
@@ -223,56 +190,44 @@ struct Problem {
     return false;
   }
 
-  // The keys [*first, *end) of [j0, j0 + cols) row i sees (band and
-  // causal triangle), and over them, in `row` (scale * Q K^T, the
-  // product's own scale), the scaled pse added and the masked keys at -inf.
-  void Scores(int64_t bi, int64_t h, int64_t i, int64_t j0, int64_t cols, float* row,
-              float* buf, int64_t* first, int64_t* end) const {
-    int64_t lo, hi;
-    Band(i, &lo, &hi);
-    *first = std::clamp<int64_t>(lo - j0, 0, cols);
-    *end = std::clamp<int64_t>(hi - j0 + 1, *first, cols);
-    const int64_t len = *end - *first, j1 = j0 + *first;
-    if (len == 0) return;
-    float* a = row + *first;
-    if (pse != nullptr) {
-      LoadAsFloat(pse->dtype, Address(*pse, bi * ps[0] + h * ps[1] + i * ps[2] + j1 * ps[3]),
-                  ps[3], len, buf);
-      for (int64_t j = 0; j < len; ++j) a[j] += buf[j] * p.scale;
-    }
-    if (mask != nullptr) {
-      const auto* m = reinterpret_cast<const uint8_t*>(
-          Address(*mask, bi * ms[0] + h * ms[1] + i * ms[2] + j1 * ms[3]));
-      for (int64_t j = 0; j < len; ++j)
-        if (m[j * ms[3]] != 0) a[j] = -kInf;
+  // The keys [lo[r], hi[r]] rows i0 + r see, r < ld (lanes past `rows`
+  // and, where `valid` is given, the rows it rejects see none).
+  template <typename Valid>
+  void Bands(int64_t i0, int64_t rows, int64_t ld, int32_t* lo, int32_t* hi,
+             const Valid& valid) const {
+    for (int64_t r = 0; r < ld; ++r) {
+      int64_t l = 1, h = 0;
+      if (r < rows && valid(r)) Band(i0 + r, &l, &h);
+      lo[r] = static_cast<int32_t>(l), hi[r] = static_cast<int32_t>(h);
     }
   }
 
-  // Row i's softmax weights for keys [j0, j0 + cols), in place of its Q
-  // K^T (`row`, Padded(cols) floats): exp(score - *max) where the row sees
-  // the key, 0 elsewhere (a masked key's exp(-inf) included). With
-  // `running` (the forward's online softmax) *max is first raised to these
-  // scores' max; else it is the forward's. Returns the weights' sum, or -1
-  // where the row sees no key among these (its weights all 0, *max
-  // unchanged; with `running`, also where every key seen is masked).
-  float Weights(int64_t bi, int64_t h, int64_t i, int64_t j0, int64_t cols, float* row,
-                float* buf, float* max, bool running) const {
-    int64_t first, end;
-    Scores(bi, h, i, j0, cols, row, buf, &first, &end);
-    const int64_t vectors = Padded(cols) / kLanes;
-    // (the backward needs no max of its own: where every key seen here is
-    // masked, its weights are exp(-inf) = 0 all the same)
-    const float block_max = running ? MaxOf(row, first, end) : first < end ? 0.0f : -kInf;
-    if (block_max == -kInf) {
-      ZeroVectors(row, 0, vectors);
-      return -1.0f;
+  // Over a transposed block of scores (key j0 + jj, query row i0 + r at
+  // st[jj * ld + r]: scale * K Q^T, the product's own scale), the scaled pse
+  // added and the masked keys set to -inf, where each row sees the key.
+  void AddPseAndMask(int64_t bi, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                     float* st, int64_t ld, float* buf) const {
+    if (pse == nullptr && mask == nullptr) return;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = i0 + r;
+      int64_t lo, hi;
+      Band(i, &lo, &hi);
+      const int64_t first = std::clamp<int64_t>(lo - j0, 0, cols);
+      const int64_t len = std::clamp<int64_t>(hi - j0 + 1, first, cols) - first, j1 = j0 + first;
+      float* a = st + first * ld + r;
+      if (len == 0) continue;
+      if (pse != nullptr) {
+        LoadAsFloat(pse->dtype, Address(*pse, bi * ps[0] + h * ps[1] + i * ps[2] + j1 * ps[3]),
+                    ps[3], len, buf);
+        for (int64_t j = 0; j < len; ++j) a[j * ld] += buf[j] * p.scale;
+      }
+      if (mask != nullptr) {
+        const auto* m = reinterpret_cast<const uint8_t*>(
+            Address(*mask, bi * ms[0] + h * ms[1] + i * ms[2] + j1 * ms[3]));
+        for (int64_t j = 0; j < len; ++j)
+          if (m[j * ms[3]] != 0) a[j * ld] = -kInf;
+      }
     }
-    if (running) *max = std::max(*max, block_max);
-    const int64_t v0 = first / kLanes, v1 = Padded(end) / kLanes;
-    ZeroVectors(row, 0, v0);
-    ZeroVectors(row, v1, vectors);
-    return Exponentials(row + v0 * kLanes, v1 - v0, first - v0 * kLanes, end - v0 * kLanes,
-                        *max);
   }
 };
 
@@ -280,6 +235,80 @@ struct Problem {
 float* Stat(const View& v, int64_t b, int64_t h, int64_t i) {
   return reinterpret_cast<float*>(
       Address(v, b * v.strides[0] + h * v.strides[1] + i * v.strides[2]));
+}
+
+// A row's statistic x into its 8 elements, `stride` apart (one store where
+// they are contiguous).
+void StoreStat(float* to, int64_t stride, float x) {
+  if (stride == 1)
+    std::fill_n(to, 8, x);
+  else
+    for (int e = 0; e < 8; ++e) to[e * stride] = x;
+}
+
+// The lanes of vector v of a block's per-row array.
+template <typename T, typename V>
+V LanesOf(const T* a, int64_t v) {
+  V x;
+  std::memcpy(&x, a + v * kLanes, sizeof x);
+  return x;
+}
+
+// One key block of the forward's online softmax, over a transposed block
+// of `cols` keys from j0 (st, ld floats per key; rows see keys [lo, hi]),
+// a vector of query rows at a time: each row's max is raised to the
+// block's (NaN kept), st becomes the weights exp(s - max) where the row
+// sees the key and 0 elsewhere (a masked key's exp(-inf) included, and a
+// row whose every key so far is masked), and
+// sum = sum * alpha + the weights' sum, with alpha = exp(the old max - the
+// new), 0 where no key was seen before. Returns whether a row saw a key
+// here (not every one masked).
+bool OnlineSoftmax(float* st, int64_t ld, int64_t j0, int64_t cols, const int32_t* lo,
+                   const int32_t* hi, float* max, float* sum, float* alpha) {
+  bool any = false;
+  for (int64_t v = 0; v < ld / kLanes; ++v) {
+    const VecI l = LanesOf<int32_t, VecI>(lo, v), h = LanesOf<int32_t, VecI>(hi, v);
+    const auto at = [&](int64_t jj) { return reinterpret_cast<char*>(st + jj * ld + v * kLanes); };
+    Vec m = Splat<Vec>(-kInf);
+    for (int64_t jj = 0; jj < cols; ++jj) {
+      const int32_t j = static_cast<int32_t>(j0 + jj);
+      const Vec x = LoadFloats<ACL_FLOAT, Vec>(at(jj));
+      m = l <= j && j <= h && (m < x || x != x) ? x : m;
+    }
+    const Vec old = LanesOf<float, Vec>(max, v);
+    const Vec next = old < m || m != m ? m : old;
+    Vec total{};
+    for (int64_t jj = 0; jj < cols; ++jj) {
+      const int32_t j = static_cast<int32_t>(j0 + jj);
+      const Vec e = ExpOrZero(LoadFloats<ACL_FLOAT, Vec>(at(jj)) - next);
+      const Vec w = l <= j && j <= h && next != -kInf ? e : Vec{};
+      StoreFloats<ACL_FLOAT>(at(jj), w);
+      total += w;
+    }
+    const Vec a = old == -kInf ? Vec{} : ExpOrZero(old - next);
+    const Vec s = LanesOf<float, Vec>(sum, v) * a + total;
+    std::memcpy(max + v * kLanes, &next, sizeof next);
+    std::memcpy(sum + v * kLanes, &s, sizeof s);
+    std::memcpy(alpha + v * kLanes, &a, sizeof a);
+    for (int k = 0; k < kLanes; ++k) any = any || m[k] != -kInf;
+  }
+  return any;
+}
+
+// The backward's weights over a transposed block (as OnlineSoftmax's), in
+// place: exp(s - max) * inv_sum where the row sees the key, else 0.
+void Weights(float* st, int64_t ld, int64_t j0, int64_t cols, const int32_t* lo,
+             const int32_t* hi, const float* max, const float* inv_sum) {
+  for (int64_t v = 0; v < ld / kLanes; ++v) {
+    const VecI l = LanesOf<int32_t, VecI>(lo, v), h = LanesOf<int32_t, VecI>(hi, v);
+    const Vec m = LanesOf<float, Vec>(max, v), inv = LanesOf<float, Vec>(inv_sum, v);
+    for (int64_t jj = 0; jj < cols; ++jj) {
+      const int32_t j = static_cast<int32_t>(j0 + jj);
+      char* at = reinterpret_cast<char*>(st + jj * ld + v * kLanes);
+      const Vec w = ExpOrZero(LoadFloats<ACL_FLOAT, Vec>(at) - m) * inv;
+      StoreFloats<ACL_FLOAT>(at, l <= j && j <= h ? w : Vec{});
+    }
+  }
 }
 
 }  // namespace
@@ -293,35 +322,29 @@ void RunFlashAttention(const View& q, const View& k, const View& v, const View* 
   ParallelFor(stream, pr.b * pr.n * blocks, [&](int64_t task) {
     const int64_t qb = task % blocks, h = (task / blocks) % pr.n, b = task / (blocks * pr.n);
     const int64_t g = h / pr.group, i0 = qb * query_rows;
-    const int64_t rows = std::min(query_rows, pr.t - i0);
+    const int64_t rows = std::min(query_rows, pr.t - i0), ld = Padded(rows);
     std::vector<float> qbuf, kbuf, vbuf, pbuf(static_cast<size_t>(kForwardKeys));
-    const Floats scores(rows * Padded(std::min(kForwardKeys, pr.s)));
+    const Floats scores(std::min(kForwardKeys, pr.s) * ld);  // transposed: a key per row
     std::vector<float> acc(static_cast<size_t>(rows * pr.dv), 0.0f);
-    std::vector<float> row_max(static_cast<size_t>(rows), -kInf), row_sum(rows, 0.0f);
+    std::vector<float> row_max(static_cast<size_t>(ld), -kInf), row_sum(ld, 0.0f), alpha(ld);
+    std::vector<int32_t> lo(static_cast<size_t>(ld)), hi(ld);
+    pr.Bands(i0, rows, ld, lo.data(), hi.data(), [](int64_t) { return true; });
     const FloatMatrix qm = Rows(q, b, h, i0, rows, &qbuf);
     int64_t first, last;  // the keys any row sees: no product past them
     pr.Seen(i0, rows, &first, &last);
     for (int64_t j0 = first / kForwardKeys * kForwardKeys; j0 <= last; j0 += kForwardKeys) {
       const int64_t cols = std::min(kForwardKeys, last + 1 - j0);
       const FloatMatrix km = Rows(k, b, g, j0, cols, &kbuf);
-      const int64_t ld = Padded(cols);
-      Gemm(qm, km.T(), scores.get(), ld, false, pr.p.scale);
-      bool any = false;
-      for (int64_t r = 0; r < rows; ++r) {
-        float next = row_max[r];
-        const float sum = pr.Weights(b, h, i0 + r, j0, cols, scores.get() + r * ld,
-                                     pbuf.data(), &next, true);
-        if (sum < 0) continue;  // no key seen here
-        any = true;
-        // the earlier keys' weights rescaled (none before the first keys seen)
-        const float alpha = row_max[r] == -kInf ? 0.0f : std::exp(row_max[r] - next);
-        row_sum[r] = row_sum[r] * alpha + sum;
-        if (alpha != 1.0f) ArrayMap(acc.data() + r * pr.dv, pr.dv) *= alpha;
-        row_max[r] = next;
-      }
-      if (!any) continue;
+      Gemm(km, qm.T(), scores.get(), ld, false, pr.p.scale);  // S^T = scale K Q^T
+      pr.AddPseAndMask(b, h, i0, rows, j0, cols, scores.get(), ld, pbuf.data());
+      if (!OnlineSoftmax(scores.get(), ld, j0, cols, lo.data(), hi.data(), row_max.data(),
+                         row_sum.data(), alpha.data()))
+        continue;  // no key seen here
+      for (int64_t r = 0; r < rows; ++r)  // the earlier keys' weights rescaled
+        if (alpha[r] != 1.0f) ArrayMap(acc.data() + r * pr.dv, pr.dv) *= alpha[r];
       const FloatMatrix vm = Rows(v, b, g, j0, cols, &vbuf);
-      Gemm({scores.get(), rows, cols, ld, 1}, vm, acc.data(), pr.dv, true);
+      const FloatMatrix pt{scores.get(), cols, rows, ld, 1};
+      Gemm(pt.T(), vm, acc.data(), pr.dv, true);  // O += P V
     }
     for (int64_t r = 0; r < rows; ++r) {
       const bool computed = row_sum[r] > 0;
@@ -329,8 +352,8 @@ void RunFlashAttention(const View& q, const View& k, const View& v, const View* 
       float* m = Stat(max_out, b, h, i0 + r);
       float* l = Stat(sum_out, b, h, i0 + r);
       const float mr = computed ? row_max[r] : -FLT_MAX, lr = computed ? row_sum[r] : 0.0f;
-      for (int e = 0; e < 8; ++e) m[e * max_out.strides[3]] = mr;
-      for (int e = 0; e < 8; ++e) l[e * sum_out.strides[3]] = lr;
+      StoreStat(m, max_out.strides[3], mr);
+      StoreStat(l, sum_out.strides[3], lr);
     }
     StoreRows(out, b, h, i0, rows, acc.data());
   });
@@ -391,8 +414,11 @@ void RunFlashAttentionGrad(const View& q, const View& k, const View& v, const Vi
     const int64_t c = task % chunks, g = (task / chunks) % pr.kv, bb = task / (chunks * pr.kv);
     const int64_t b_first = batch_inside ? 0 : bb, b_end = batch_inside ? pr.b : bb + 1;
     std::vector<float> kbuf, vbuf, qbuf, dybuf, pbuf(static_cast<size_t>(kBackwardKeys));
-    const int64_t block_size = kBackwardQueries * Padded(std::min(kBackwardKeys, pr.s));
-    const Floats p(block_size), dp(block_size);
+    const int64_t block_size = std::min(kBackwardKeys, pr.s) * Padded(kBackwardQueries);
+    const Floats p(block_size), dp(block_size);  // transposed: a key per row
+    const auto lanes = static_cast<size_t>(Padded(kBackwardQueries));
+    std::vector<float> row_max(lanes), inv_sum(lanes), d_rows(lanes);
+    std::vector<int32_t> lo(lanes), hi(lanes);
     std::vector<float> dk_acc(static_cast<size_t>(kBackwardKeys * pr.d));
     std::vector<float> dv_acc(static_cast<size_t>(kBackwardKeys * pr.dv));
     for (int64_t b = b_first; b < b_end; ++b) {
@@ -424,40 +450,47 @@ void RunFlashAttentionGrad(const View& q, const View& k, const View& v, const Vi
             const int64_t cols = std::min(block_cols, last + 1 - j0);
             const FloatMatrix km{k_block.data, cols, k_block.cols, k_block.row_stride, 1};
             const FloatMatrix vm{v_block.data, cols, v_block.cols, v_block.row_stride, 1};
-            const FloatMatrix qm = Rows(q, b, h, i0, rows, &qbuf);
-            const int64_t ld = Padded(cols);
-            Gemm(qm, km.T(), p.get(), ld, false, pr.p.scale);
-            bool any = false;
-            for (int64_t r = 0; r < rows; ++r) {
-              float* row = p.get() + r * ld;
-              const int64_t i = i0 + r;
-              const float l = *Stat(sum_in, b, h, i);
-              float max = *Stat(max_in, b, h, i);
-              if (!(l > 0)) {
-                std::fill(row, row + cols, 0.0f);
-                continue;
-              }
-              if (pr.Weights(b, h, i, j0, cols, row, pbuf.data(), &max, false) < 0) continue;
-              any = true;
-              ArrayMap(row, cols) *= 1.0f / l;
+            // each row's softmax from the forward; rows without one see no key
+            const int64_t ld = Padded(rows);
+            const float* d_head = di.data() + (b * pr.n + h) * pr.t + i0;
+            for (int64_t r = 0; r < ld; ++r) {
+              const float l = r < rows ? *Stat(sum_in, b, h, i0 + r) : 0.0f;
+              row_max[r] = r < rows ? *Stat(max_in, b, h, i0 + r) : 0.0f;
+              inv_sum[r] = l > 0 ? 1.0f / l : 0.0f;
+              d_rows[r] = r < rows ? d_head[r] : 0.0f;
             }
+            pr.Bands(i0, rows, ld, lo.data(), hi.data(),
+                     [&](int64_t r) { return *Stat(sum_in, b, h, i0 + r) > 0; });
+            bool any = false;
+            for (int64_t r = 0; r < rows; ++r)
+              any = any || (lo[r] <= hi[r] && lo[r] < j0 + cols && hi[r] >= j0);
             if (!any) continue;
+            const FloatMatrix qm = Rows(q, b, h, i0, rows, &qbuf);
+            Gemm(km, qm.T(), p.get(), ld, false, pr.p.scale);  // S^T = scale K Q^T
+            pr.AddPseAndMask(b, h, i0, rows, j0, cols, p.get(), ld, pbuf.data());
+            Weights(p.get(), ld, j0, cols, lo.data(), hi.data(), row_max.data(), inv_sum.data());
             const FloatMatrix dym = Rows(dy, b, h, i0, rows, &dybuf);
-            const FloatMatrix pm{p.get(), rows, cols, ld, 1};
-            Gemm(pm.T(), dym, dv_acc.data(), pr.dv, true);      // dV += P^T dY
-            Gemm(dym, vm.T(), dp.get(), ld, false);             // dP = dY V^T
-            for (int64_t r = 0; r < rows; ++r) {                // dS = scale P (dP - D)
-              const float d = di[static_cast<size_t>((b * pr.n + h) * pr.t + i0 + r)];
-              ArrayMap pr_row(p.get() + r * ld, cols);
-              pr_row = pr_row * (ArrayMap(dp.get() + r * ld, cols) - d) * pr.p.scale;
-              if (dpse_wanted) {
+            const FloatMatrix pt{p.get(), cols, rows, ld, 1};
+            Gemm(pt, dym, dv_acc.data(), pr.dv, true);  // dV += P^T dY
+            Gemm(vm, dym.T(), dp.get(), ld, false);     // dP^T = V dY^T
+            for (int64_t jj = 0; jj < cols; ++jj) {     // dS^T = scale P^T (dP^T - D)
+              for (int64_t v = 0; v < ld / kLanes; ++v) {
+                char* at = reinterpret_cast<char*>(p.get() + jj * ld + v * kLanes);
+                const Vec dp_v = LoadFloats<ACL_FLOAT, Vec>(
+                    reinterpret_cast<const char*>(dp.get() + jj * ld + v * kLanes));
+                StoreFloats<ACL_FLOAT>(at, LoadFloats<ACL_FLOAT, Vec>(at) *
+                                               (dp_v - LanesOf<float, Vec>(d_rows.data(), v)) *
+                                               pr.p.scale);
+              }
+            }
+            if (dpse_wanted)
+              for (int64_t r = 0; r < rows; ++r) {
                 float* to = dpse_acc.data() + b * pse_strides[0] + h * pse_strides[1] +
                             (i0 + r) * pse_strides[2] + j0;
-                ArrayMap(to, cols) += pr_row;
+                for (int64_t jj = 0; jj < cols; ++jj) to[jj] += p.get()[jj * ld + r];
               }
-            }
-            Gemm(pm, km, dq_base + i0 * ldq + h * dq_head, ldq, true);  // dQ += dS K
-            Gemm(pm.T(), qm, dk_acc.data(), pr.d, true);                // dK += dS^T Q
+            Gemm(pt.T(), km, dq_base + i0 * ldq + h * dq_head, ldq, true);  // dQ += dS K
+            Gemm(pt, qm, dk_acc.data(), pr.d, true);                        // dK += dS^T Q
           }
         }
         StoreRows(dk, b, g, j0, block_cols, dk_acc.data());
