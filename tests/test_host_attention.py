@@ -256,8 +256,8 @@ def call():
 
 def test_the_c_abi_sparse_modes_and_bands_jax_does_not_pass(rng, call):
     """sparseMode 3 (rightDownCausal: j <= i + S - T), 4 (a band about that
-    diagonal) and 0 with a mask and preTokens/nextTokens; strided (transposed)
-    key memory."""
+    diagonal, one empty for every row included) and 0 with a mask and
+    preTokens/nextTokens; strided (transposed) key memory."""
     t, s = 5, 9
     q = rng.normal(size=(1, t, 2, 4)).astype(np.float32)
     kmem = rng.normal(size=(1, s, 4, 2)).astype(np.float32)
@@ -271,6 +271,8 @@ def test_the_c_abi_sparse_modes_and_bands_jax_does_not_pass(rng, call):
         (dict(sparse=4, mask=causal, pre=2, nxt=1),
          (cols - rows - (s - t) <= 1) & (rows + (s - t) - cols <= 2)),
         (dict(sparse=0, mask=mask, pre=1, nxt=3), ~mask & (cols - rows <= 3) & (rows - cols <= 1)),
+        # a band past int32's range: every row sees no key (its bounds kept in 64 bits)
+        (dict(sparse=4, mask=causal, pre=-2147483647, nxt=2147483647), np.zeros((t, s), bool)),
     ]:
         status, text, out, mx, total = call.run(q, k, v, **kwargs)
         assert status == 0, text

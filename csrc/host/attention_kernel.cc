@@ -2,7 +2,7 @@
 // (kernels.h), blocked with an online softmax (FlashAttention-2): no score
 // matrix larger than a block of queries by a block of keys is ever held,
 // so the memory is linear in the sequence lengths. The products of a block
-// (S = Q K^T, O += P V, and the backward's) are Eigen's single-threaded
+// (S^T = K Q^T, O += P V, and the backward's) are Eigen's single-threaded
 // float32 GEMMs (gemm.h), one block task per iteration of the provider's
 // ParallelFor; half-precision operands are converted to float32 a block at
 // a time, and the softmax is computed in float32, as CANN's kernels do.
@@ -23,7 +23,6 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cfloat>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -65,8 +64,9 @@ char* Address(const View& v, int64_t offset) {
 }
 
 // A task's float buffer, left uninitialized (each product writes its block
-// before it is read; zeroing a vector of every block's size was a tenth of
-// a small layer's time).
+// before it is read, but for the padding lanes past a block's query rows,
+// which the softmax reads and nothing uses after it; zeroing a
+// vector of every block's size was a tenth of a small layer's time).
 struct Floats {
   explicit Floats(int64_t n) : data(new float[static_cast<size_t>(n)]) {}
   float* get() const { return data.get(); }
@@ -120,13 +120,6 @@ void StoreRows(const View& t, int64_t b, int64_t h, int64_t r0, int64_t rows, co
 
 // The row stride of a transposed block of `rows` query rows: whole vectors.
 int64_t Padded(int64_t rows) { return (rows + kLanes - 1) / kLanes * kLanes; }
-
-// The query rows v * kLanes + lane of a block's vector v of lanes.
-VecI LaneRows(int64_t v) {
-  VecI lane;
-  for (int k = 0; k < kLanes; ++k) lane[k] = k;
-  return lane + static_cast<int32_t>(v * kLanes);
-}
 
 // The shapes, the optional pse and mask, and which keys each query sees.
 struct Problem {
@@ -190,14 +183,17 @@ struct Problem {
     return false;
   }
 
-  // The keys [lo[r], hi[r]] rows i0 + r see, r < ld (lanes past `rows`
-  // and, where `valid` is given, the rows it rejects see none).
+  // The keys [lo[r], hi[r]] rows i0 + r see, r < ld, as int32 lanes: none
+  // (lo 1, hi 0) for the lanes past `rows` and the rows `valid` rejects, and
+  // where the band is empty (its bounds, 64-bit, may lie past int32's range:
+  // preTokens of -2^31 + 1).
   template <typename Valid>
   void Bands(int64_t i0, int64_t rows, int64_t ld, int32_t* lo, int32_t* hi,
              const Valid& valid) const {
     for (int64_t r = 0; r < ld; ++r) {
       int64_t l = 1, h = 0;
       if (r < rows && valid(r)) Band(i0 + r, &l, &h);
+      if (l > h) l = 1, h = 0;
       lo[r] = static_cast<int32_t>(l), hi[r] = static_cast<int32_t>(h);
     }
   }
@@ -214,8 +210,8 @@ struct Problem {
       Band(i, &lo, &hi);
       const int64_t first = std::clamp<int64_t>(lo - j0, 0, cols);
       const int64_t len = std::clamp<int64_t>(hi - j0 + 1, first, cols) - first, j1 = j0 + first;
-      float* a = st + first * ld + r;
       if (len == 0) continue;
+      float* a = st + first * ld + r;
       if (pse != nullptr) {
         LoadAsFloat(pse->dtype, Address(*pse, bi * ps[0] + h * ps[1] + i * ps[2] + j1 * ps[3]),
                     ps[3], len, buf);
