@@ -242,10 +242,9 @@ void StoreStat(float* to, int64_t stride, float x) {
     for (int e = 0; e < 8; ++e) to[e * stride] = x;
 }
 
-// The lanes of vector v of a block's per-row array.
-template <typename T, typename V>
-V LanesOf(const T* a, int64_t v) {
-  V x;
+// The lanes of vector v of a block's key bounds (Problem::Bands).
+VecI BandLanes(const int32_t* a, int64_t v) {
+  VecI x;
   std::memcpy(&x, a + v * kLanes, sizeof x);
   return x;
 }
@@ -263,29 +262,28 @@ bool OnlineSoftmax(float* st, int64_t ld, int64_t j0, int64_t cols, const int32_
                    const int32_t* hi, float* max, float* sum, float* alpha) {
   bool any = false;
   for (int64_t v = 0; v < ld / kLanes; ++v) {
-    const VecI l = LanesOf<int32_t, VecI>(lo, v), h = LanesOf<int32_t, VecI>(hi, v);
-    const auto at = [&](int64_t jj) { return reinterpret_cast<char*>(st + jj * ld + v * kLanes); };
+    const VecI l = BandLanes(lo, v), h = BandLanes(hi, v);
+    const int64_t lane0 = v * kLanes;
     Vec m = Splat<Vec>(-kInf);
     for (int64_t jj = 0; jj < cols; ++jj) {
       const int32_t j = static_cast<int32_t>(j0 + jj);
-      const Vec x = LoadFloats<ACL_FLOAT, Vec>(at(jj));
+      const Vec x = At<ACL_FLOAT, Vec>(st + jj * ld, lane0);
       m = l <= j && j <= h && (m < x || x != x) ? x : m;
     }
-    const Vec old = LanesOf<float, Vec>(max, v);
+    const Vec old = At<ACL_FLOAT, Vec>(max, lane0);
     const Vec next = old < m || m != m ? m : old;
     Vec total{};
     for (int64_t jj = 0; jj < cols; ++jj) {
       const int32_t j = static_cast<int32_t>(j0 + jj);
-      const Vec e = ExpOrZero(LoadFloats<ACL_FLOAT, Vec>(at(jj)) - next);
+      const Vec e = ExpOrZero(At<ACL_FLOAT, Vec>(st + jj * ld, lane0) - next);
       const Vec w = l <= j && j <= h && next != -kInf ? e : Vec{};
-      StoreFloats<ACL_FLOAT>(at(jj), w);
+      Put<ACL_FLOAT>(st + jj * ld, lane0, w);
       total += w;
     }
     const Vec a = old == -kInf ? Vec{} : ExpOrZero(old - next);
-    const Vec s = LanesOf<float, Vec>(sum, v) * a + total;
-    std::memcpy(max + v * kLanes, &next, sizeof next);
-    std::memcpy(sum + v * kLanes, &s, sizeof s);
-    std::memcpy(alpha + v * kLanes, &a, sizeof a);
+    Put<ACL_FLOAT>(sum, lane0, At<ACL_FLOAT, Vec>(sum, lane0) * a + total);
+    Put<ACL_FLOAT>(max, lane0, next);
+    Put<ACL_FLOAT>(alpha, lane0, a);
     for (int k = 0; k < kLanes; ++k) any = any || m[k] != -kInf;
   }
   return any;
@@ -296,13 +294,13 @@ bool OnlineSoftmax(float* st, int64_t ld, int64_t j0, int64_t cols, const int32_
 void Weights(float* st, int64_t ld, int64_t j0, int64_t cols, const int32_t* lo,
              const int32_t* hi, const float* max, const float* inv_sum) {
   for (int64_t v = 0; v < ld / kLanes; ++v) {
-    const VecI l = LanesOf<int32_t, VecI>(lo, v), h = LanesOf<int32_t, VecI>(hi, v);
-    const Vec m = LanesOf<float, Vec>(max, v), inv = LanesOf<float, Vec>(inv_sum, v);
+    const VecI l = BandLanes(lo, v), h = BandLanes(hi, v);
+    const int64_t lane0 = v * kLanes;
+    const Vec m = At<ACL_FLOAT, Vec>(max, lane0), inv = At<ACL_FLOAT, Vec>(inv_sum, lane0);
     for (int64_t jj = 0; jj < cols; ++jj) {
       const int32_t j = static_cast<int32_t>(j0 + jj);
-      char* at = reinterpret_cast<char*>(st + jj * ld + v * kLanes);
-      const Vec w = ExpOrZero(LoadFloats<ACL_FLOAT, Vec>(at) - m) * inv;
-      StoreFloats<ACL_FLOAT>(at, l <= j && j <= h ? w : Vec{});
+      const Vec w = ExpOrZero(At<ACL_FLOAT, Vec>(st + jj * ld, lane0) - m) * inv;
+      Put<ACL_FLOAT>(st + jj * ld, lane0, l <= j && j <= h ? w : Vec{});
     }
   }
 }
@@ -470,14 +468,14 @@ void RunFlashAttentionGrad(const View& q, const View& k, const View& v, const Vi
             Gemm(pt, dym, dv_acc.data(), pr.dv, true);  // dV += P^T dY
             Gemm(vm, dym.T(), dp.get(), ld, false);     // dP^T = V dY^T
             for (int64_t jj = 0; jj < cols; ++jj) {     // dS^T = scale P^T (dP^T - D)
-              for (int64_t v = 0; v < ld / kLanes; ++v) {
-                char* at = reinterpret_cast<char*>(p.get() + jj * ld + v * kLanes);
-                const Vec dp_v = LoadFloats<ACL_FLOAT, Vec>(
-                    reinterpret_cast<const char*>(dp.get() + jj * ld + v * kLanes));
-                StoreFloats<ACL_FLOAT>(at, LoadFloats<ACL_FLOAT, Vec>(at) *
-                                               (dp_v - LanesOf<float, Vec>(d_rows.data(), v)) *
-                                               pr.p.scale);
-              }
+              float* p_key = p.get() + jj * ld;
+              const float* dp_key = dp.get() + jj * ld;
+              for (int64_t r = 0; r < ld; r += kLanes)
+                Put<ACL_FLOAT>(p_key, r,
+                               At<ACL_FLOAT, Vec>(p_key, r) *
+                                   (At<ACL_FLOAT, Vec>(dp_key, r) -
+                                    At<ACL_FLOAT, Vec>(d_rows.data(), r)) *
+                                   pr.p.scale);
             }
             if (dpse_wanted)
               for (int64_t r = 0; r < rows; ++r) {
