@@ -53,6 +53,9 @@ class DeclaredOperator(AclnnPrimitive):
         self.library = library
         self.elementwise = elementwise
         self.user_reference = reference
+        #: The operand whose buffer the first output takes on the CPU
+        #: (:meth:`alias_on_cpu`), or None.
+        self.cpu_alias: int | None = None
         super().__init__(prototype)
         # Derivatives: the reference's (an attached VJP replaces them, see declare).
         _compat.primitive_jvps[self.primitive] = self._jvp
@@ -109,6 +112,18 @@ class DeclaredOperator(AclnnPrimitive):
         outs = positions(self.prototype.outputs, sizes)
         return {ins[p.name]: outs[p.name] for p in self.prototype.outputs
                 if p.inplace and p.name not in absent}
+
+    def cpu_alias_operand(self) -> int | None:
+        return self.cpu_alias
+
+    def alias_on_cpu(self, name: str) -> None:
+        """Lets the first output take input ``name``'s buffer on the CPU
+        where they have one shape and dtype (:meth:`cpu_alias_operand`): for
+        an operator whose CPU kernels read each element of that input
+        before they write the same element of the output."""
+        if any(p.kind == "tensor_list" for p in self.prototype.inputs):
+            raise ValueError(f"{self.name}: operand positions vary with tensor lists")
+        self.cpu_alias = self.operand_names.index(name)
 
     def ffi_platforms(self) -> tuple[str, ...]:
         # On the CPU only where the host provider (or the library) has it.

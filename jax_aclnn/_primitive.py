@@ -135,6 +135,14 @@ class AclnnPrimitive:
         the operator updates it in place. Default: none."""
         return {}
 
+    def cpu_alias_operand(self) -> int | None:
+        """The operand whose buffer the (first) result may take on the CPU
+        where it has the result's shape and dtype (XLA's
+        ``input_output_aliases``; XLA copies the operand first if it is still
+        needed), or None: the incoming gradient where ``alias_gradient``
+        allows it. Never on the NPU platform (see ``alias_gradient``)."""
+        return self.linear_operand if self.alias_gradient else None
+
     def placeholders(self, **params: Any) -> tuple[frozenset[int], frozenset[int]]:
         """The operands and results that are zero-sized placeholders (absent
         tensors): they are never sharded. Default: none."""
@@ -212,16 +220,17 @@ class AclnnPrimitive:
 
     def ffi_call(self, *args: Any, alias: bool = False, **params: Any) -> list[Any]:
         """The typed-FFI custom call of this operator (a list of results);
-        with ``alias``, its result takes the incoming gradient's buffer where
-        ``alias_gradient`` allows it (XLA copies that operand first if it is
-        still needed)."""
+        with ``alias``, its result takes the buffer of
+        :meth:`cpu_alias_operand` where it has the result's shape and dtype
+        (XLA copies that operand first if it is still needed)."""
         out = self.abstract_eval(*args, **params)
         out = list(out) if self.multiple_results else [out]
         aliases = self.output_aliases(**params)
-        if alias and self.alias_gradient:
-            g = args[self.linear_operand]
+        operand = self.cpu_alias_operand() if alias else None
+        if operand is not None:
+            g = args[operand]
             if (g.shape, g.dtype) == (out[0].shape, out[0].dtype):
-                aliases = {self.linear_operand: 0}
+                aliases = {operand: 0}
         call = jax.ffi.ffi_call(self.target, [jax.ShapeDtypeStruct(o.shape, o.dtype) for o in out],
                                 input_output_aliases=aliases)
         return list(call(*args, **self.ffi_attributes(**params)))
@@ -231,9 +240,10 @@ class AclnnPrimitive:
             call = _sharding.partitioned(self, ctx.avals_in, ctx.avals_out, params)
         else:
             # Aliasing on the CPU only (see alias_gradient), and not where the
-            # gradient is a function argument: a jit parameter would need a copy.
-            alias = (platform == "cpu" and self.alias_gradient
-                     and not _compat.is_function_argument(args[self.linear_operand]))
+            # operand is a function argument: a jit parameter would need a copy.
+            operand = self.cpu_alias_operand()
+            alias = (platform == "cpu" and operand is not None
+                     and not _compat.is_function_argument(args[operand]))
             call = lambda *a: self.ffi_call(*a, alias=alias, **params)  # noqa: E731
 
         def fn(*a: Any) -> list[Any]:

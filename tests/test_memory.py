@@ -1,7 +1,8 @@
 """Memory of a training step: XLA's memory analysis (deterministic) of
 ``jit(grad(loss))`` through jax_aclnn against the same model in pure JAX,
 and the aliasing of the element-wise backward calls' result with their
-incoming gradient that it relies on (no copies added, right results)."""
+incoming gradient that it relies on (no copies added, right results), and
+of the cross-entropy gradient with the forward's log-softmax."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 import jax_aclnn as aclnn
 from cases import OPERATORS, Case, of
 from conftest import DTYPES, JAX_RELEASE, assert_close, f64
-from jax_aclnn import network
+from jax_aclnn import network, nn
 from jax_aclnn.cli import bench, step_memory
 from jax_aclnn.ops import primitive
 
@@ -131,6 +132,57 @@ def test_aliased_calls_give_the_operator_results(rng, name, dtype):
     f = jax.jit(lambda *a: case.call(*doubled(*a)))
     assert "output_to_operand_aliasing" in f.lower(*operands).compile().as_text()
     assert_close(f(*operands), case.expected(*doubled(*(f64(a) for a in operands))), dtype)
+
+
+def cross_entropy_gradient(labels, cot):
+    """The logits' gradient of sum(cot * softmax_cross_entropy_with_integer_labels)."""
+    return jax.grad(lambda x: jnp.sum(
+        nn.softmax_cross_entropy_with_integer_labels(x, labels).astype(jnp.float32) * cot))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_cross_entropy_gradient_takes_the_log_softmax_buffer(rng, dtype):
+    """On the CPU aclnnCrossEntropyLossGrad writes its result into the
+    forward's logProb, which nothing reads after it: the compiled
+    ``jit(grad)`` aliases the two and adds no copy, and the gradient is the
+    float64 formula's (rows of 3,000 classes: three chunks a row, four
+    tasks)."""
+    n, c = 40, 3000
+    logits = jnp.asarray(3 * rng.normal(size=(n, c)), dtype)
+    labels = rng.integers(0, c, size=n)
+    cot = np.asarray(jnp.asarray(rng.normal(size=n), dtype).astype(jnp.float32))
+    f = jax.jit(cross_entropy_gradient(labels, cot))
+    text = f.lower(logits).compile().as_text()
+    calls = [line for line in text.splitlines()
+             if 'custom_call_target="aclnn_nn_cross_entropy_loss_grad"' in line]
+    assert calls and all("output_to_operand_aliasing={{}: (1, {})}" in c for c in calls)
+    assert unfused_copies(text) == 0
+    x = f64(logits)
+    p = np.exp(x - x.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    p[np.arange(n), labels] -= 1
+    assert_close(f(logits), p * cot[:, None], dtype, scale=2)
+
+
+def test_the_cross_entropy_gradient_is_not_aliased_on_the_npu_platform():
+    """As for the element-wise operators: the NPU program keeps CANN's
+    separate buffers (the CPU one aliases, so the check can fail)."""
+    f = jax.jit(cross_entropy_gradient(np.arange(8) % 5, np.ones(8, np.float32)))
+    for platform, aliased in (("npu", False), ("cpu", True)):
+        exported = jax.export.export(f, platforms=[platform],
+                                     disabled_checks=aclnn.export_disabled_checks())(
+            jnp.ones((8, 5)))
+        assert ("output_operand_aliases" in exported.mlir_module()) == aliased, platform
+
+
+def test_an_operator_with_tensor_list_inputs_cannot_alias_by_name():
+    """Its operands' positions depend on the lists' lengths."""
+    op = aclnn.declare(
+        "aclnnStatus aclnnAddListGetWorkspaceSize(const aclTensorList *xs, const aclTensor *y, "
+        "aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)",
+        lambda xs, y: sum(xs) + y, name="test_memory_add_list")
+    with pytest.raises(ValueError, match="tensor lists"):
+        op.aclnn_operator.alias_on_cpu("y")
 
 
 def test_step_compile_times_are_compilations_only(monkeypatch):
