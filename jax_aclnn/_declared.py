@@ -120,9 +120,13 @@ class DeclaredOperator(AclnnPrimitive):
         """Lets the first output take input ``name``'s buffer on the CPU
         where they have one shape and dtype (:meth:`cpu_alias_operand`): for
         an operator whose CPU kernels read each element of that input
-        before they write the same element of the output."""
-        if any(p.kind == "tensor_list" for p in self.prototype.inputs):
-            raise ValueError(f"{self.name}: operand positions vary with tensor lists")
+        before they write the same element of the output. Not for operators
+        with tensor-list inputs (their operands' positions vary) or in-place
+        outputs (whose buffers are aliased already): ValueError."""
+        if (any(p.kind == "tensor_list" for p in self.prototype.inputs)
+                or any(p.inplace for p in self.prototype.outputs)):
+            raise ValueError(f"{self.name}: alias_on_cpu takes operators without tensor-list "
+                             f"inputs or in-place outputs")
         self.cpu_alias = self.operand_names.index(name)
 
     def ffi_platforms(self) -> tuple[str, ...]:

@@ -175,13 +175,16 @@ def test_the_cross_entropy_gradient_is_not_aliased_on_the_npu_platform():
         assert ("output_operand_aliases" in exported.mlir_module()) == aliased, platform
 
 
-def test_an_operator_with_tensor_list_inputs_cannot_alias_by_name():
-    """Its operands' positions depend on the lists' lengths."""
-    op = aclnn.declare(
-        "aclnnStatus aclnnAddListGetWorkspaceSize(const aclTensorList *xs, const aclTensor *y, "
-        "aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)",
-        lambda xs, y: sum(xs) + y, name="test_memory_add_list")
-    with pytest.raises(ValueError, match="tensor lists"):
+@pytest.mark.parametrize("name,prototype", [
+    ("add_list", "aclnnAddListGetWorkspaceSize(const aclTensorList *xs, const aclTensor *y, "
+                 "aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)"),
+    ("inplace_add", "aclnnInplaceAddGetWorkspaceSize(aclTensor *xsRef, const aclTensor *y, "
+                    "aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)")])
+def test_alias_on_cpu_refuses_tensor_lists_and_in_place_outputs(name, prototype):
+    """A tensor list's operands shift the positions; an in-place output's
+    buffer is aliased already."""
+    op = aclnn.declare(prototype, lambda xs, y: (xs, y), name=f"test_memory_{name}")
+    with pytest.raises(ValueError, match="tensor-list inputs or in-place outputs"):
         op.aclnn_operator.alias_on_cpu("y")
 
 
