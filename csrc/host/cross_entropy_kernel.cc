@@ -31,9 +31,11 @@ float MaxOf(const float* x, int64_t n, float m) {
 
 // sum exp(x[j] - m) (exp(-inf) = 0; NaN where an x is NaN or, m being
 // +inf, +inf: the row's logProb all NaN, as log_softmax gives). Meanwhile
-// it asks for the cache lines of `next`, n elements of `size` bytes that
-// are written next (null: none), for writing: the exponentials' arithmetic
-// then hides their reads, which stalled the stores of logProb's pass
+// it prefetches the cache lines of `next`, n elements of `size` bytes
+// that the row's logProb pass writes after the sum (null: none; a plain
+// prefetch where the target lacks PREFETCHW, as x86-64-v3/v4 do: a line
+// no other core holds still arrives writable): the exponentials'
+// arithmetic then hides their reads, which stalled that pass's stores
 // (float32 at (32, 32000): half of LossRow's time, perf).
 float SumExp(const float* x, int64_t n, float m, const char* next, int64_t size) {
   LaneSum sum;
@@ -187,8 +189,9 @@ inline T GradOf(T lp, T wc, const GradRow& g) {
 }
 
 // Row r of the gradient through float buffers, a chunk at a time (any
-// dtype and stride). dx may be log_prob's own memory (jax_aclnn.nn aliases
-// them on the CPU): each chunk is read before that chunk is written.
+// dtype and stride). dx may be log_prob's own memory, in its layout
+// (jax_aclnn.nn aliases them on the CPU): each chunk is read before that
+// chunk is written.
 void CrossEntropyGradRow(const View& log_prob, const float* w, const GradRow& g, int64_t c,
                          const View& dx, int64_t r) {
   alignas(64) float buf[kChunk], out[kChunk];

@@ -67,10 +67,11 @@ inline uintptr_t PageSize() {
 // Whether [data, data + bytes) is an output worth preparing: at least
 // kNewMemoryBytes, and its last whole page not yet resident. (Not its
 // first: XLA may place a small temporary that dies before the output is
-// written at the start of the output's buffer, as it places
-// CrossEntropyLoss's loss in the dx of its gradient under jit(grad); the
-// first page was then resident, and 524 MB of dx at (4096, 32000) took
-// 128,000 faults of 4 KiB, 0.25 s, instead of 262 huge ones.)
+// written at the start of the output's buffer, as it placed
+// CrossEntropyLoss's loss in the dx of its gradient under jit(grad) before
+// dx took logProb's buffer; the first page was then resident, and 524 MB
+// of dx at (4096, 32000) took 128,000 faults of 4 KiB, 0.25 s, instead of
+// 262 huge ones.)
 inline bool IsNewMemory(const void* data, int64_t bytes) {
 #if defined(__linux__)
   if (bytes < kNewMemoryBytes) return false;
