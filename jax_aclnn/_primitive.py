@@ -228,8 +228,8 @@ class AclnnPrimitive:
         aliases = self.output_aliases(**params)
         operand = self.cpu_alias_operand() if alias else None
         if operand is not None:
-            g = args[operand]
-            if (g.shape, g.dtype) == (out[0].shape, out[0].dtype):
+            a = args[operand]
+            if (a.shape, a.dtype) == (out[0].shape, out[0].dtype):
                 aliases = {operand: 0}
         call = jax.ffi.ffi_call(self.target, [jax.ShapeDtypeStruct(o.shape, o.dtype) for o in out],
                                 input_output_aliases=aliases)

@@ -76,9 +76,10 @@ CROSS_ENTROPY_LOSS_GRAD = declare(
 # and its writes land in lines it has just read (bench, float32 (524,
 # 32000), with the forward's prefetch of logProb: 11.5-11.8 ms a forward
 # and backward, 16.6-34.0 ms with a buffer of its own and no prefetch; its
-# 64 MiB of new pages cost most where the host had reclaimed them). The host kernel (csrc/host/cross_entropy_kernel.cc)
-# reads each chunk of logProb before it writes that chunk of out, and the
-# test provider each element.
+# 64 MiB of new pages cost most where the host had reclaimed them). The
+# host kernel (csrc/host/cross_entropy_kernel.cc) reads each chunk of
+# logProb before it writes that chunk of out, and the test provider each
+# element.
 CROSS_ENTROPY_LOSS_GRAD.aclnn_operator.alias_on_cpu("logProb")
 
 _ATTRIBUTES = dict(reductionOptional="none", ignoreIndex=_IGNORE_INDEX, labelSmoothing=0.0,
