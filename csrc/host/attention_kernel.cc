@@ -249,6 +249,25 @@ VecI BandLanes(const int32_t* a, int64_t v) {
   return x;
 }
 
+// The keys jj of a block of `cols` from j0 that some lane of vector v sees
+// (lanes see keys [lo, hi], none where lo > hi), as [*first, *last]
+// (*last < *first: none). The weights outside them are 0 in every lane,
+// with no exponential computed: a causal block's keys past a vector's last
+// row, a sixth of the forward's exponentials at 64 tokens (32-query blocks).
+void VectorKeys(const int32_t* lo, const int32_t* hi, int64_t v, int64_t j0, int64_t cols,
+                int64_t* first, int64_t* last) {
+  int64_t a = j0 + cols, e = j0 - 1;
+  for (int64_t r = v * kLanes; r < (v + 1) * kLanes; ++r)
+    if (lo[r] <= hi[r]) a = std::min<int64_t>(a, lo[r]), e = std::max<int64_t>(e, hi[r]);
+  *first = std::clamp<int64_t>(a - j0, 0, cols);
+  *last = std::min<int64_t>(e - j0, cols - 1);
+}
+
+// 0 in the lanes of vector lane0 of keys [from, to) of a transposed block.
+void ZeroKeys(float* st, int64_t ld, int64_t lane0, int64_t from, int64_t to) {
+  for (int64_t jj = from; jj < to; ++jj) Put<ACL_FLOAT>(st + jj * ld, lane0, Vec{});
+}
+
 // One key block of the forward's online softmax, over a transposed block
 // of `cols` keys from j0 (st, ld floats per key; rows see keys [lo, hi]),
 // a vector of query rows at a time: each row's max is raised to the
@@ -260,30 +279,44 @@ VecI BandLanes(const int32_t* a, int64_t v) {
 // here (not every one masked).
 bool OnlineSoftmax(float* st, int64_t ld, int64_t j0, int64_t cols, const int32_t* lo,
                    const int32_t* hi, float* max, float* sum, float* alpha) {
+  // x raises m where the lane sees key j (NaN kept)
+  const auto raise = [](Vec m, Vec x, VecI l, VecI h, int32_t j) {
+    return l <= j && j <= h && (m < x || x != x) ? x : m;
+  };
   bool any = false;
   for (int64_t v = 0; v < ld / kLanes; ++v) {
     const VecI l = BandLanes(lo, v), h = BandLanes(hi, v);
     const int64_t lane0 = v * kLanes;
-    Vec m = Splat<Vec>(-kInf);
-    for (int64_t jj = 0; jj < cols; ++jj) {
-      const int32_t j = static_cast<int32_t>(j0 + jj);
-      const Vec x = At<ACL_FLOAT, Vec>(st + jj * ld, lane0);
-      m = l <= j && j <= h && (m < x || x != x) ? x : m;
+    int64_t first, last;  // the keys some row of the vector sees
+    VectorKeys(lo, hi, v, j0, cols, &first, &last);
+    // two maxima, of the even and the odd keys (with one, each key's compare
+    // waited on the one before)
+    Vec m = Splat<Vec>(-kInf), odd = m;
+    int64_t jj = first;
+    for (; jj < last; jj += 2) {
+      const auto j = static_cast<int32_t>(j0 + jj);
+      m = raise(m, At<ACL_FLOAT, Vec>(st + jj * ld, lane0), l, h, j);
+      odd = raise(odd, At<ACL_FLOAT, Vec>(st + (jj + 1) * ld, lane0), l, h, j + 1);
     }
+    if (jj == last)
+      m = raise(m, At<ACL_FLOAT, Vec>(st + jj * ld, lane0), l, h, static_cast<int32_t>(j0 + jj));
+    m = m < odd || odd != odd ? odd : m;
     const Vec old = At<ACL_FLOAT, Vec>(max, lane0);
     const Vec next = old < m || m != m ? m : old;
     Vec total{};
-    for (int64_t jj = 0; jj < cols; ++jj) {
-      const int32_t j = static_cast<int32_t>(j0 + jj);
-      const Vec e = ExpOrZero(At<ACL_FLOAT, Vec>(st + jj * ld, lane0) - next);
-      const Vec w = l <= j && j <= h && next != -kInf ? e : Vec{};
-      Put<ACL_FLOAT>(st + jj * ld, lane0, w);
-      total += w;
+    ZeroKeys(st, ld, lane0, 0, first);
+    for (jj = first; jj <= last; ++jj) {
+      const auto j = static_cast<int32_t>(j0 + jj);
+      const Vec w = ExpOrZero(At<ACL_FLOAT, Vec>(st + jj * ld, lane0) - next);
+      const Vec seen = l <= j && j <= h && next != -kInf ? w : Vec{};
+      Put<ACL_FLOAT>(st + jj * ld, lane0, seen);
+      total += seen;
     }
-    const Vec a = old == -kInf ? Vec{} : ExpOrZero(old - next);
-    Put<ACL_FLOAT>(sum, lane0, At<ACL_FLOAT, Vec>(sum, lane0) * a + total);
+    ZeroKeys(st, ld, lane0, std::max(first, last + 1), cols);
+    const Vec rescale = old == -kInf ? Vec{} : ExpOrZero(old - next);
+    Put<ACL_FLOAT>(sum, lane0, At<ACL_FLOAT, Vec>(sum, lane0) * rescale + total);
     Put<ACL_FLOAT>(max, lane0, next);
-    Put<ACL_FLOAT>(alpha, lane0, a);
+    Put<ACL_FLOAT>(alpha, lane0, rescale);
     for (int k = 0; k < kLanes; ++k) any = any || m[k] != -kInf;
   }
   return any;
@@ -297,11 +330,15 @@ void Weights(float* st, int64_t ld, int64_t j0, int64_t cols, const int32_t* lo,
     const VecI l = BandLanes(lo, v), h = BandLanes(hi, v);
     const int64_t lane0 = v * kLanes;
     const Vec m = At<ACL_FLOAT, Vec>(max, lane0), inv = At<ACL_FLOAT, Vec>(inv_sum, lane0);
-    for (int64_t jj = 0; jj < cols; ++jj) {
-      const int32_t j = static_cast<int32_t>(j0 + jj);
+    int64_t first, last;  // the keys some row of the vector sees
+    VectorKeys(lo, hi, v, j0, cols, &first, &last);
+    ZeroKeys(st, ld, lane0, 0, first);
+    for (int64_t jj = first; jj <= last; ++jj) {
+      const auto j = static_cast<int32_t>(j0 + jj);
       const Vec w = ExpOrZero(At<ACL_FLOAT, Vec>(st + jj * ld, lane0) - m) * inv;
       Put<ACL_FLOAT>(st + jj * ld, lane0, l <= j && j <= h ? w : Vec{});
     }
+    ZeroKeys(st, ld, lane0, std::max(first, last + 1), cols);
   }
 }
 
