@@ -253,7 +253,8 @@ VecI BandLanes(const int32_t* a, int64_t v) {
 // (lanes see keys [lo, hi], none where lo > hi), as [*first, *last]
 // (*last < *first: none). The weights outside them are 0 in every lane,
 // with no exponential computed: a causal block's keys past a vector's last
-// row, a sixth of the forward's exponentials at 64 tokens (32-query blocks).
+// row, a sixth of the forward's exponentials at 64 tokens (32-query blocks)
+// with AVX-512's 16 lanes, a quarter with AVX2's 8.
 void VectorKeys(const int32_t* lo, const int32_t* hi, int64_t v, int64_t j0, int64_t cols,
                 int64_t* first, int64_t* last) {
   int64_t a = j0 + cols, e = j0 - 1;
@@ -290,7 +291,8 @@ bool OnlineSoftmax(float* st, int64_t ld, int64_t j0, int64_t cols, const int32_
     int64_t first, last;  // the keys some row of the vector sees
     VectorKeys(lo, hi, v, j0, cols, &first, &last);
     // two maxima, of the even and the odd keys (with one, each key's compare
-    // waited on the one before)
+    // waited on the one before); a row with NaN scores at several keys keeps
+    // one of them, whose payload may differ from a sequential max's
     Vec m = Splat<Vec>(-kInf), odd = m;
     int64_t jj = first;
     for (; jj < last; jj += 2) {
