@@ -251,22 +251,20 @@ VecI BandLanes(const int32_t* a, int64_t v) {
 
 // The keys jj of a block of `cols` from j0 that some lane of vector v sees
 // (lanes see keys [lo, hi], none where lo > hi), as [*first, *last]
-// (*last < *first: none). The weights outside them are 0 in every lane,
-// with no exponential computed: a causal block's keys past a vector's last
-// row, a sixth of the forward's exponentials at 64 tokens (32-query blocks)
-// with AVX-512's 16 lanes, a quarter with AVX2's 8.
-void VectorKeys(const int32_t* lo, const int32_t* hi, int64_t v, int64_t j0, int64_t cols,
-                int64_t* first, int64_t* last) {
+// (*last < *first: none), with the weights of the transposed block st (ld
+// floats per key) outside them set to 0 in the vector's lanes: no
+// exponential is computed for those keys, a causal block's keys past a
+// vector's last row, a sixth of the forward's exponentials at 64 tokens
+// (32-query blocks) with AVX-512's 16 lanes, a quarter with AVX2's 8.
+void SeenKeys(float* st, int64_t ld, const int32_t* lo, const int32_t* hi, int64_t v, int64_t j0,
+              int64_t cols, int64_t* first, int64_t* last) {
   int64_t a = j0 + cols, e = j0 - 1;
   for (int64_t r = v * kLanes; r < (v + 1) * kLanes; ++r)
     if (lo[r] <= hi[r]) a = std::min<int64_t>(a, lo[r]), e = std::max<int64_t>(e, hi[r]);
   *first = std::clamp<int64_t>(a - j0, 0, cols);
   *last = std::min<int64_t>(e - j0, cols - 1);
-}
-
-// 0 in the lanes of vector lane0 of keys [from, to) of a transposed block.
-void ZeroKeys(float* st, int64_t ld, int64_t lane0, int64_t from, int64_t to) {
-  for (int64_t jj = from; jj < to; ++jj) Put<ACL_FLOAT>(st + jj * ld, lane0, Vec{});
+  for (int64_t jj = 0; jj < cols; ++jj)
+    if (jj < *first || jj > *last) Put<ACL_FLOAT>(st + jj * ld, v * kLanes, Vec{});
 }
 
 // One key block of the forward's online softmax, over a transposed block
@@ -289,7 +287,7 @@ bool OnlineSoftmax(float* st, int64_t ld, int64_t j0, int64_t cols, const int32_
     const VecI l = BandLanes(lo, v), h = BandLanes(hi, v);
     const int64_t lane0 = v * kLanes;
     int64_t first, last;  // the keys some row of the vector sees
-    VectorKeys(lo, hi, v, j0, cols, &first, &last);
+    SeenKeys(st, ld, lo, hi, v, j0, cols, &first, &last);
     // two maxima, of the even and the odd keys (with one, each key's compare
     // waited on the one before); a row with NaN scores at several keys keeps
     // one of them, whose payload may differ from a sequential max's
@@ -306,7 +304,6 @@ bool OnlineSoftmax(float* st, int64_t ld, int64_t j0, int64_t cols, const int32_
     const Vec old = At<ACL_FLOAT, Vec>(max, lane0);
     const Vec next = old < m || m != m ? m : old;
     Vec total{};
-    ZeroKeys(st, ld, lane0, 0, first);
     for (jj = first; jj <= last; ++jj) {
       const auto j = static_cast<int32_t>(j0 + jj);
       const Vec w = ExpOrZero(At<ACL_FLOAT, Vec>(st + jj * ld, lane0) - next);
@@ -314,7 +311,6 @@ bool OnlineSoftmax(float* st, int64_t ld, int64_t j0, int64_t cols, const int32_
       Put<ACL_FLOAT>(st + jj * ld, lane0, seen);
       total += seen;
     }
-    ZeroKeys(st, ld, lane0, std::max(first, last + 1), cols);
     const Vec rescale = old == -kInf ? Vec{} : ExpOrZero(old - next);
     Put<ACL_FLOAT>(sum, lane0, At<ACL_FLOAT, Vec>(sum, lane0) * rescale + total);
     Put<ACL_FLOAT>(max, lane0, next);
@@ -333,14 +329,12 @@ void Weights(float* st, int64_t ld, int64_t j0, int64_t cols, const int32_t* lo,
     const int64_t lane0 = v * kLanes;
     const Vec m = At<ACL_FLOAT, Vec>(max, lane0), inv = At<ACL_FLOAT, Vec>(inv_sum, lane0);
     int64_t first, last;  // the keys some row of the vector sees
-    VectorKeys(lo, hi, v, j0, cols, &first, &last);
-    ZeroKeys(st, ld, lane0, 0, first);
+    SeenKeys(st, ld, lo, hi, v, j0, cols, &first, &last);
     for (int64_t jj = first; jj <= last; ++jj) {
       const auto j = static_cast<int32_t>(j0 + jj);
       const Vec w = ExpOrZero(At<ACL_FLOAT, Vec>(st + jj * ld, lane0) - m) * inv;
       Put<ACL_FLOAT>(st + jj * ld, lane0, l <= j && j <= h ? w : Vec{});
     }
-    ZeroKeys(st, ld, lane0, std::max(first, last + 1), cols);
   }
 }
 
