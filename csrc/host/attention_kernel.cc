@@ -263,8 +263,11 @@ void SeenKeys(float* st, int64_t ld, const int32_t* lo, const int32_t* hi, int64
     if (lo[r] <= hi[r]) a = std::min<int64_t>(a, lo[r]), e = std::max<int64_t>(e, hi[r]);
   *first = std::clamp<int64_t>(a - j0, 0, cols);
   *last = std::min<int64_t>(e - j0, cols - 1);
-  for (int64_t jj = 0; jj < cols; ++jj)
-    if (jj < *first || jj > *last) Put<ACL_FLOAT>(st + jj * ld, v * kLanes, Vec{});
+  const auto zero = [&](int64_t from, int64_t to) {
+    for (int64_t jj = from; jj < to; ++jj) Put<ACL_FLOAT>(st + jj * ld, v * kLanes, Vec{});
+  };
+  zero(0, *first);
+  zero(std::max(*first, *last + 1), cols);
 }
 
 // One key block of the forward's online softmax, over a transposed block
