@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import DTYPES, F, assert_close, f64, needs_torch, torch
-from host_abi import ACLNN_ERR_PARAM_INVALID, LIB, create_tensor, error_message
+from host_abi import ACLNN_ERR_PARAM_INVALID, LIB, Strided, create_tensor, error_message
 from test_host_llm_kernels import (F16, F32, F64, I32, assert_sum_close, contiguous, destroy,
                                    rounded, t64, tensor)
 
@@ -320,6 +320,45 @@ def test_cross_entropy_takes_int32_targets_and_a_zero_d_grad_loss(rng):
     assert call("aclnnCrossEntropyLossGrad", gv.handle, v[2].handle, t.handle, None, None, None,
                 b"mean", -100, 0.0, 0.0, dx.handle)[0] == 0
     np.testing.assert_allclose(dx.values(), tx.grad.numpy(), rtol=1e-5, atol=1e-7)
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16])
+def test_cross_entropy_reads_and_writes_strided_views(rng, dtype):
+    """CANN takes non-contiguous tensors: input rows with gaps between them,
+    every other class; logProb and the gradient rows with gaps. They run the
+    kernels' walk through float buffers (contiguous rows: in registers), and
+    equal torch's log_softmax, loss and gradient, a row with a NaN and one
+    with a +inf all NaN, a row with -inf logits finite."""
+    n, c = 4, 300  # a row across many vectors and a tail
+    row = 2 * c + 2
+    storage = (3 * rng.normal(size=n * row)).astype(dtype)
+    storage[1 + 0 * row + 2 * 3] = np.nan
+    storage[1 + 1 * row + 2 * (c - 1)] = np.inf
+    storage[1 + 2 * row:1 + 2 * row + 40:2] = -np.inf
+    x = Strided(storage, (n, c), (row, 2), 1)
+    lp = Strided(np.zeros(n * (c + 5), dtype), (n, c), (c + 5, 1), 3)
+    loss = contiguous(np.zeros(n, dtype))
+    empty = {k: contiguous(np.zeros(0, dtype)) for k in ("z", "lse")}
+    target = np.array([5, 7, 30, 0])
+    t = Ints(target)
+    status, text = call("aclnnCrossEntropyLoss", x.handle, t.handle, None, b"none", -100, 0.0,
+                        0.0, False, loss.handle, lp.handle, empty["z"].handle,
+                        empty["lse"].handle)
+    assert status == 0, text
+    tx = torch.from_numpy(x.values().astype(np.float64)).requires_grad_(True)
+    tloss = F.cross_entropy(tx, torch.from_numpy(target), reduction="none")
+    name = jnp.dtype(dtype).name
+    assert np.all(np.isnan(f64(lp.values())[:2])) and np.all(np.isfinite(f64(loss.values())[2:]))
+    assert_close(lp.values(), torch.log_softmax(tx, -1).detach().numpy(), name, scale=2)
+    assert_close(loss.values(), tloss.detach().numpy(), name, scale=2)
+    grad_loss = contiguous(np.ones(n, dtype))
+    dx = Strided(np.zeros(n * (c + 1), dtype), (n, c), (c + 1, 1), 0)
+    tloss.sum().backward()
+    status, text = call("aclnnCrossEntropyLossGrad", grad_loss.handle, lp.handle, t.handle, None,
+                        None, None, b"none", -100, 0.0, 0.0, dx.handle)
+    assert status == 0, text
+    assert_close(dx.values(), tx.grad.numpy(), name, scale=4)
 
 
 @pytest.mark.parametrize("name,args,message", [

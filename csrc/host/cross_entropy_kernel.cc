@@ -1,5 +1,7 @@
 // The cross-entropy kernels: RunCrossEntropyLoss and RunCrossEntropyLossGrad
-// (kernels.h), a row of input (N, C) at a time, a chunk of it at a time
+// (kernels.h), a row of input (N, C) at a time: the forward's in registers
+// where its rows are contiguous float32, float16 or bfloat16, else (and the
+// gradient's) a chunk of it at a time through float buffers
 // (row_kernels.h). Every sum over the classes and over the rows is kept in
 // float32, as CANN's kernels keep them (cross_entropy_loss_fp32.h).
 #include <algorithm>
@@ -23,29 +25,155 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
+// The largest of x[0, n) and m; NaN where an x or m is NaN.
 float MaxOf(const float* x, int64_t n, float m) {
-#pragma omp simd reduction(max : m)
-  for (int64_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
-  return m;
+  if (m != m) return m;
+  int nan = 0;
+#pragma omp simd reduction(max : m) reduction(| : nan)
+  for (int64_t j = 0; j < n; ++j) {
+    m = x[j] > m ? x[j] : m;
+    nan |= x[j] != x[j];
+  }
+  return nan ? std::numeric_limits<float>::quiet_NaN() : m;
 }
 
-// sum exp(x[j] - m) (exp(-inf) = 0; NaN where an x is NaN or, m being
-// +inf, +inf: the row's logProb all NaN, as log_softmax gives). Meanwhile
-// it prefetches the cache lines of `next`, n elements of `size` bytes
-// that the row's logProb pass writes after the sum (null: none; a plain
+// Memory a row's loop touches ahead of its reads or writes: elements of
+// `size` bytes from `at` (null: none).
+struct Ahead {
+  const char* at;
+  int64_t size;
+};
+
+// sum exp(term(j) - m) over a row of n elements (SumOfLanes), m finite and
+// the largest term, none NaN (LossRow: else the row's logProb is all NaN,
+// as log_softmax's is, without this sum): each term - m is in [-inf, 0],
+// ExpOfNonPositive's domain. Meanwhile it prefetches the cache lines of
+// `out`, that the row's logProb pass writes after the sum (a plain
 // prefetch where the target lacks PREFETCHW, as x86-64-v3/v4 do: a line
-// no other core holds still arrives writable): the exponentials'
-// arithmetic then hides their reads, which stalled that pass's stores
-// (float32 at (32, 32000): half of LossRow's time, perf).
-float SumExp(const float* x, int64_t n, float m, const char* next, int64_t size) {
+// no other core holds still arrives writable), and of `in`, the next row's
+// input, which the next row's max pass reads: the exponentials'
+// arithmetic then hides reads that stalled that pass's stores (float32 at
+// (32, 32000): half of LossRow's time, perf) and the next max pass's
+// loads (7-14% of the forward's time on x86-64-v3).
+template <typename Term>
+float SumOfExponentials(int64_t n, float m, Ahead out, Ahead in, const Term& term) {
   return SumOfLanes(n, [&](int64_t j, auto t) {
     using T = decltype(t);
     if constexpr (std::is_same_v<T, Vec>) {
-      if (next != nullptr) __builtin_prefetch(next + j * size, 1, 3);
+      if (out.at != nullptr) __builtin_prefetch(out.at + j * out.size, 1, 3);
+      if (in.at != nullptr) __builtin_prefetch(in.at + j * in.size, 0, 2);
     }
-    return ExpOrZero(At<ACL_FLOAT, T>(x, j) - m);
+    return ExpOfNonPositive(term(j, t) - m);
   });
 }
+
+// A row's passes for LossRow, through float buffers a chunk at a time (any
+// dtype and stride): its max (NaN where an element is NaN), its sum of
+// exponentials, and its logProb written, returning the sum of logProb
+// (weighted by w where w is not null) for label smoothing.
+struct BufferedRow {
+  Row x, lp;
+  int64_t c;
+  Ahead next;  // the next row's input, where contiguous
+
+  float Max() const {
+    alignas(64) float buf[kChunk];
+    float m = -kInf;
+    for (int64_t k = 0; k < c; k += kChunk) {
+      const int64_t len = std::min(kChunk, c - k);
+      m = MaxOf(x.Load(k, len, buf), len, m);
+    }
+    return m;
+  }
+  float SumExp(float m) const {
+    alignas(64) float buf[kChunk];
+    float sum = 0.0f;
+    for (int64_t k = 0; k < c; k += kChunk) {
+      const int64_t len = std::min(kChunk, c - k);
+      const float* xp = x.Load(k, len, buf);
+      const Ahead out{lp.stride == 1 ? lp.At(k) : nullptr, ElementSize(lp.v->dtype)};
+      const Ahead in{next.at != nullptr ? next.at + k * next.size : nullptr, next.size};
+      sum += SumOfExponentials(
+          len, m, out, in, [&](int64_t j, auto t) { return At<ACL_FLOAT, decltype(t)>(xp, j); });
+    }
+    return sum;
+  }
+  float LogProb(float m, float log_sum, const float* w) const {
+    alignas(64) float buf[kChunk], out[kChunk];
+    float smooth = 0.0f;
+    for (int64_t k = 0; k < c; k += kChunk) {
+      const int64_t len = std::min(kChunk, c - k);
+      const float* xp = x.Load(k, len, buf);
+      float* o = lp.Out(k, out);
+      float s = 0.0f;
+      if (w != nullptr) {
+        const float* wk = w + k;
+#pragma omp simd reduction(+ : s)
+        for (int64_t j = 0; j < len; ++j) {
+          o[j] = (xp[j] - m) - log_sum;
+          s += wk[j] * o[j];
+        }
+      } else {
+#pragma omp simd reduction(+ : s)
+        for (int64_t j = 0; j < len; ++j) {
+          o[j] = (xp[j] - m) - log_sum;
+          s += o[j];
+        }
+      }
+      smooth += s;
+      lp.Store(k, len, o);
+    }
+    return smooth;
+  }
+};
+
+// BufferedRow's passes on contiguous rows of a type in registers
+// (row_kernels.h): float16 and bfloat16 read and written a vector at a
+// time, where the buffers' conversions took a third of the bfloat16
+// forward's time at (32, 32000) (perf).
+template <aclDataType D>
+struct RowInRegisters {
+  const char* x;
+  char* lp;
+  int64_t c;
+  Ahead next;
+
+  float Max() const {
+    Vec mv = Splat<Vec>(-kInf);
+    VecI nan_lanes{};
+    float m = -kInf;
+    bool nan = false;
+    ForLanes(c, [&](int64_t j, auto t) {
+      using T = decltype(t);
+      const T v = At<D, T>(x, j);
+      if constexpr (std::is_same_v<T, Vec>) {
+        mv = v > mv ? v : mv;
+        nan_lanes |= v != v;
+      } else {
+        m = v > m ? v : m;
+        nan = nan || v != v;
+      }
+    });
+    for (int i = 0; i < kLanes; ++i) {
+      m = mv[i] > m ? mv[i] : m;
+      nan = nan || nan_lanes[i] != 0;
+    }
+    return nan ? std::numeric_limits<float>::quiet_NaN() : m;
+  }
+  float SumExp(float m) const {
+    return SumOfExponentials(
+        c, m, Ahead{lp, ElementSize(D)}, next,
+        [&](int64_t j, auto t) { return At<D, decltype(t)>(x, j); });
+  }
+  float LogProb(float m, float log_sum, const float* w) const {
+    return SumOfLanes(c, [&](int64_t j, auto t) {
+      using T = decltype(t);
+      const T o = (At<D, T>(x, j) - m) - log_sum;
+      Put<D>(lp, j, o);
+      return w != nullptr ? At<ACL_FLOAT, T>(w, j) * o : o;
+    });
+  }
+};
 
 // Row r's class (int32 or int64 target).
 int64_t TargetAt(const View& target, int64_t r) {
@@ -71,50 +199,16 @@ float ClassWeight(const View& target, const float* weight, int64_t c, int64_t ig
 // (1 - ls) * -w[t] * logProb[t] + ls / C * -sum_c w[c] * logProb[c], 0 where
 // ignored. A term whose factor is 0 is left out (never 0 * -inf: a -inf
 // logit's logProb is -inf). Returns the loss and sets *w to w[t].
-float LossRow(const View& input, const View& target, const float* weight,
-              const CrossEntropyAttrs& a, const View& log_prob, int64_t c, int64_t r,
-              float* w) {
-  alignas(64) float buf[kChunk], out[kChunk];
-  const Row x = RowOf(input, 1, r), lp = RowOf(log_prob, 1, r);
-  float m = -kInf;
-  for (int64_t k = 0; k < c; k += kChunk) {
-    const int64_t len = std::min(kChunk, c - k);
-    m = MaxOf(x.Load(k, len, buf), len, m);
-  }
-  float sum = 0.0f;
-  if (m != -kInf && m == m) {
-    for (int64_t k = 0; k < c; k += kChunk) {
-      const int64_t len = std::min(kChunk, c - k);
-      const char* next = lp.stride == 1 ? lp.At(k) : nullptr;
-      sum += SumExp(x.Load(k, len, buf), len, m, next, ElementSize(log_prob.dtype));
-    }
-  }
-  // a row of -inf (or with +inf or NaN): NaN, as log_softmax gives
+template <typename Walk>
+float LossRow(const Walk& row, const View& input, const View& target, const float* weight,
+              const CrossEntropyAttrs& a, int64_t c, int64_t r, float* w) {
+  const float m = row.Max();
+  // m NaN or +inf: sum 0, log_sum -inf, and logProb (x - m) + inf NaN
+  const float sum = std::isfinite(m) ? row.SumExp(m) : 0.0f;
+  // a row of -inf: NaN, as log_softmax gives
   const float log_sum = m == -kInf ? std::numeric_limits<float>::quiet_NaN() : std::log(sum);
   const float ls = a.label_smoothing;
-  float smooth = 0.0f;
-  for (int64_t k = 0; k < c; k += kChunk) {
-    const int64_t len = std::min(kChunk, c - k);
-    const float* xp = x.Load(k, len, buf);
-    float* o = lp.Out(k, out);
-    float s = 0.0f;
-    if (ls > 0.0f && weight != nullptr) {
-      const float* wk = weight + k;
-#pragma omp simd reduction(+ : s)
-      for (int64_t j = 0; j < len; ++j) {
-        o[j] = (xp[j] - m) - log_sum;
-        s += wk[j] * o[j];
-      }
-    } else {
-#pragma omp simd reduction(+ : s)
-      for (int64_t j = 0; j < len; ++j) {
-        o[j] = (xp[j] - m) - log_sum;
-        s += o[j];
-      }
-    }
-    smooth += s;
-    lp.Store(k, len, o);
-  }
+  const float smooth = row.LogProb(m, log_sum, ls > 0.0f ? weight : nullptr);
   int64_t t;
   *w = ClassWeight(target, weight, c, a.ignore_index, r, &t);
   if (t == a.ignore_index) return 0.0f;
@@ -122,7 +216,7 @@ float LossRow(const View& input, const View& target, const float* weight,
   float loss = 0.0f;
   if (ls < 1.0f) {
     float picked;
-    LoadAsFloat(input.dtype, x.At(t), 1, 1, &picked);
+    LoadAsFloat(input.dtype, RowOf(input, 1, r).At(t), 1, 1, &picked);
     loss -= (1.0f - ls) * *w * ((picked - m) - log_sum);
   }
   if (ls > 0.0f) loss -= ls / static_cast<float>(c) * smooth;
@@ -147,16 +241,36 @@ void RunCrossEntropyLoss(const View& input, const View& target, const View* weig
   float* weights = losses + n;
   const bool none = a.reduction == Reduction::kNone;
   const Row out = RowOf(loss, 0, 0);
-  ForEachRow(n, c, log_prob, stream, [&](int64_t r) {
-    float wr;
-    const float l = LossRow(input, target, w, a, log_prob, c, r, &wr);
-    if (none) {
-      StoreFromFloat(loss.dtype, &l, 1, out.At(r), 1);
-    } else {
-      losses[r] = l;
-      weights[r] = wr;
-    }
-  });
+  // row r's loss through the walk row_at(r) gives
+  const auto rows = [&](const auto& row_at) {
+    ForEachRow(n, c, log_prob, stream, [&](int64_t r) {
+      float wr;
+      const float l = LossRow(row_at(r), input, target, w, a, c, r, &wr);
+      if (none) {
+        StoreFromFloat(loss.dtype, &l, 1, out.At(r), 1);
+      } else {
+        losses[r] = l;
+        weights[r] = wr;
+      }
+    });
+  };
+  const int64_t size = ElementSize(input.dtype);
+  if (!(AllContiguous(input.dtype, {&input, &log_prob}) &&
+        WithRowType(input.dtype, [&](auto type) {
+          rows([&](int64_t r) {
+            constexpr aclDataType D = type.value;
+            return RowInRegisters<D>{
+                RowData<D>(input, c, r), RowData<D>(log_prob, c, r), c,
+                Ahead{r + 1 < n ? RowData<D>(input, c, r + 1) : nullptr, size}};
+          });
+        }))) {
+    rows([&](int64_t r) {
+      const Row x = RowOf(input, 1, r);
+      const bool next = x.stride == 1 && r + 1 < n;
+      return BufferedRow{x, RowOf(log_prob, 1, r), c,
+                         Ahead{next ? RowOf(input, 1, r + 1).At(0) : nullptr, size}};
+    });
+  }
   if (none) return;
   // in row order, float32: the same bits for any thread count
   float total = 0.0f, weight_total = 0.0f;

@@ -32,21 +32,27 @@ constexpr float kExpFloor = -87.33654022f;
 // 128 ln2 rounded up, the first float whose exp overflows.
 constexpr float kExpCeiling = 88.72283936f;
 
-// x = n ln2 + r with n an integer in [-126, 128] and |r| <= ln2 / 2 (n is
-// returned through `n`). x is first clamped to [kExpFloor, kExpCeiling]
-// with plain selects (std::min/max's NaN rules cost extra instructions per
-// vector): below the range exp's result is exp(kExpFloor), and
-// NaN goes to the lower bound (callers handle NaN themselves). At both
-// ends r >= 0 (n = -126 and n = 128), as ScaleByPow2 needs; below the
+// x = n ln2 + r with n an integer and |r| <= ln2 / 2, for x in
+// [kExpFloor, kExpCeiling] (n in [-126, 128], returned through `n`). At
+// both ends r >= 0 (n = -126 and n = 128), as ScaleByPow2 needs; below the
 // ceiling, where n = 128, r < 0.
 template <typename T>
-inline T ReduceExpArgument(T x, T& n) {
-  x = AtMost(AtLeast(x, kExpFloor), kExpCeiling);
+inline T SplitExpArgument(T x, T& n) {
   n = Floor(x * 1.44269504088896341f + 0.5f);
   return x - n * 0.693359375f + n * 2.12194440e-4f;
 }
 
-// exp(x) in float, vectorisable (Cephes polynomial, about 1 ulp; the build
+// SplitExpArgument of x first clamped to [kExpFloor, kExpCeiling] with
+// plain selects (std::min/max's NaN rules cost extra instructions per
+// vector): below the range exp's result is exp(kExpFloor), and NaN goes to
+// the lower bound (callers handle NaN themselves).
+template <typename T>
+inline T ReduceExpArgument(T x, T& n) {
+  return SplitExpArgument(AtMost(AtLeast(x, kExpFloor), kExpCeiling), n);
+}
+
+// exp(r) for |r| <= ln2 / 2 (ExpOfReduced), and from it ExpF, exp(x) in
+// float, vectorisable (Cephes polynomial, about 1 ulp; the build
 // passes -fno-trapping-math so that the loops around it if-convert). The
 // polynomial is in Estrin's form: from r, a chain of r^2, r^4, two FMAs
 // and an add (the three first-degree FMAs beside it) where Horner's was
@@ -56,15 +62,19 @@ inline T ReduceExpArgument(T x, T& n) {
 // shorter). The last two adds stay apart, 1 added last, as in Cephes:
 // (r + 1) rounded first made 28% of the results differ, up to 1.26 ulp.
 template <typename T>
-inline T ExpF(T x) {
-  T n;
-  const T r = ReduceExpArgument(x, n);
+inline T ExpOfReduced(T r) {
   const T r2 = r * r, r4 = r2 * r2;
   const T a = 1.9875691500e-4f * r + 1.3981999507e-3f;
   const T b = 8.3334519073e-3f * r + 4.1665795894e-2f;
   const T c = 1.6666665459e-1f * r + 5.0000001201e-1f;
   const T p = a * r4 + (b * r2 + c);
-  return ScaleByPow2(p * r2 + r + 1.0f, n);
+  return p * r2 + r + 1.0f;
+}
+template <typename T>
+inline T ExpF(T x) {
+  T n;
+  const T r = ReduceExpArgument(x, n);
+  return ScaleByPow2(ExpOfReduced(r), n);
 }
 
 // exp(x) as ExpF, to 5.4e-6 relative error, for results stored in float16
@@ -92,6 +102,18 @@ template <typename T>
 inline T ExpOrZero(T x) {
   const T e = x < kExpFloor ? Splat<T>(0.0f) : ExpF(x);
   return x == x ? e : x;
+}
+
+// exp(x) as ExpF for x in [-inf, 0], not NaN, as a softmax's normalizer
+// sum exp(x - max) takes it: without ExpOrZero's and the ceiling's selects
+// (five of the 34 instructions of its vector loop on x86-64-v3). Below
+// kExpFloor it is exp(kExpFloor), 1.2e-38, not 0: in a sum that holds
+// exp(0) = 1 such terms vanish.
+template <typename T>
+inline T ExpOfNonPositive(T x) {
+  T n;
+  const T r = SplitExpArgument(AtLeast(x, kExpFloor), n);
+  return ScaleByPow2(ExpOfReduced(r), n);
 }
 
 }  // namespace jax_aclnn::host::JAX_ACLNN_KERNEL_TARGET
