@@ -25,18 +25,6 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// The largest of x[0, n) and m; NaN where an x or m is NaN.
-float MaxOf(const float* x, int64_t n, float m) {
-  if (m != m) return m;
-  int nan = 0;
-#pragma omp simd reduction(max : m) reduction(| : nan)
-  for (int64_t j = 0; j < n; ++j) {
-    m = x[j] > m ? x[j] : m;
-    nan |= x[j] != x[j];
-  }
-  return nan ? std::numeric_limits<float>::quiet_NaN() : m;
-}
-
 // Memory a row's loop touches ahead of its reads or writes: elements of
 // `size` bytes from `at` (null: none).
 struct Ahead {
@@ -67,6 +55,32 @@ float SumOfExponentials(int64_t n, float m, Ahead out, Ahead in, const Term& ter
   });
 }
 
+// The largest of a contiguous row of n elements of type D at x; NaN where
+// one is NaN.
+template <aclDataType D>
+float MaxOf(const void* x, int64_t n) {
+  Vec mv = Splat<Vec>(-kInf);
+  VecI nan_lanes{};
+  float m = -kInf;
+  bool nan = false;
+  ForLanes(n, [&](int64_t j, auto t) {
+    using T = decltype(t);
+    const T v = At<D, T>(x, j);
+    if constexpr (std::is_same_v<T, Vec>) {
+      mv = v > mv ? v : mv;
+      nan_lanes |= v != v;
+    } else {
+      m = v > m ? v : m;
+      nan = nan || v != v;
+    }
+  });
+  for (int i = 0; i < kLanes; ++i) {
+    m = mv[i] > m ? mv[i] : m;
+    nan = nan || nan_lanes[i] != 0;
+  }
+  return nan ? std::numeric_limits<float>::quiet_NaN() : m;
+}
+
 // A row's passes for LossRow, through float buffers a chunk at a time (any
 // dtype and stride): its max (NaN where an element is NaN), its sum of
 // exponentials, and its logProb written, returning the sum of logProb
@@ -81,7 +95,9 @@ struct BufferedRow {
     float m = -kInf;
     for (int64_t k = 0; k < c; k += kChunk) {
       const int64_t len = std::min(kChunk, c - k);
-      m = MaxOf(x.Load(k, len, buf), len, m);
+      const float chunk = MaxOf<ACL_FLOAT>(x.Load(k, len, buf), len);
+      if (chunk != chunk) return chunk;
+      m = chunk > m ? chunk : m;
     }
     return m;
   }
@@ -138,28 +154,7 @@ struct RowInRegisters {
   int64_t c;
   Ahead next;
 
-  float Max() const {
-    Vec mv = Splat<Vec>(-kInf);
-    VecI nan_lanes{};
-    float m = -kInf;
-    bool nan = false;
-    ForLanes(c, [&](int64_t j, auto t) {
-      using T = decltype(t);
-      const T v = At<D, T>(x, j);
-      if constexpr (std::is_same_v<T, Vec>) {
-        mv = v > mv ? v : mv;
-        nan_lanes |= v != v;
-      } else {
-        m = v > m ? v : m;
-        nan = nan || v != v;
-      }
-    });
-    for (int i = 0; i < kLanes; ++i) {
-      m = mv[i] > m ? mv[i] : m;
-      nan = nan || nan_lanes[i] != 0;
-    }
-    return nan ? std::numeric_limits<float>::quiet_NaN() : m;
-  }
+  float Max() const { return MaxOf<D>(x, c); }
   float SumExp(float m) const {
     return SumOfExponentials(
         c, m, Ahead{lp, ElementSize(D)}, next,
